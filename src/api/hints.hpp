@@ -1,0 +1,9 @@
+// The backend's scan hints (one instance per backend process).
+#pragma once
+
+#include "core/scan_hint.hpp"
+
+namespace pgclaim::api {
+// Only touch it inside pg::pure(): its methods may allocate.
+ScanHints &hints();
+}  // namespace pgclaim::api

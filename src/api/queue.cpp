@@ -1,0 +1,251 @@
+// SQL surface: queue administration and producers.
+//   claim.create_queue, claim.drop_queue, claim.enqueue, claim.enqueue_batch,
+//   claim.redrive
+#include "api/shared.hpp"
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+
+namespace {
+
+Stmt s_create = {
+    "INSERT INTO claim.queues (name, lease, max_attempts, backoff) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+    4, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID}, nullptr};
+
+Stmt s_drop = {"DELETE FROM claim.queues WHERE name = $1 RETURNING queue_id", 1, {TEXTOID}, nullptr};
+Stmt s_drop_items = {"DELETE FROM claim.items WHERE queue_id = $1", 1, {INT4OID}, nullptr};
+Stmt s_drop_claims = {"DELETE FROM claim.claims WHERE queue_id = $1", 1, {INT4OID}, nullptr};
+
+Stmt s_enqueue = {
+    "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
+    "SELECT q.queue_id, $2, $3, $4, $5, $6 FROM claim.queues q WHERE q.name = $1 "
+    "RETURNING id",
+    6, {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}, nullptr};
+
+Stmt s_enqueue_dedup = {
+    "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
+    "SELECT q.queue_id, $2, $3, $4, $5, $6 FROM claim.queues q WHERE q.name = $1 "
+    "ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL AND state = 'r' DO NOTHING "
+    "RETURNING id",
+    6, {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}, nullptr};
+
+Stmt s_find_dedup = {
+    "SELECT i.id FROM claim.items i JOIN claim.queues q ON q.queue_id = i.queue_id "
+    "WHERE q.name = $1 AND i.dedup_key = $2 AND i.state = 'r'",
+    2, {TEXTOID, TEXTOID}, nullptr};
+
+Stmt s_enqueue_batch = {
+    "INSERT INTO claim.items (queue_id, priority, run_at, group_key, payload) "
+    "SELECT q.queue_id, $2, $3, u.k, u.v "
+    "FROM claim.queues q, unnest($4::jsonb[], $5::text[]) WITH ORDINALITY AS u(v, k, n) "
+    "WHERE q.name = $1 ORDER BY u.n RETURNING id",
+    5, {TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBARRAYOID, TEXTARRAYOID}, nullptr};
+
+Stmt s_redrive = {
+    "WITH r AS ("
+    "  UPDATE claim.items i SET state = 'r', run_at = NULL, failures = 0, died_at = NULL,"
+    "    dedup_key = CASE WHEN i.dedup_key IS NOT NULL AND EXISTS ("
+    "        SELECT 1 FROM claim.items l WHERE l.queue_id = i.queue_id"
+    "          AND l.dedup_key = i.dedup_key AND l.state = 'r') THEN NULL ELSE i.dedup_key END"
+    "  FROM claim.queues q"
+    "  WHERE q.queue_id = i.queue_id AND q.name = $1 AND i.state = 'd'"
+    "    AND ($2::bigint[] IS NULL OR i.id = ANY ($2))"
+    "  RETURNING i.id, i.queue_id), "
+    "d AS (DELETE FROM claim.claims c USING r WHERE c.item_id = r.id) "
+    "SELECT count(*)::int4, min(queue_id) FROM r",
+    2, {TEXTOID, INT8ARRAYOID}, nullptr};
+
+// 42704 unless the queue exists.
+void require_queue_exists(const char *name) { (void)api::lookup_queue(name); }
+
+void check_key(FunctionCallInfo fcinfo, int argno, const char *what) {
+    if (PG_ARGISNULL(argno)) return;
+    text *t = PG_GETARG_TEXT_PP(argno);
+    size_t len = VARSIZE_ANY_EXHDR(t);
+    if (len == 0 || len > (size_t)api::kMaxKeyBytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s must be 1 to %d bytes long", what, api::kMaxKeyBytes);
+        pg::error(sqlstate::kInvalidValue, msg);
+    }
+}
+
+// NULL or a time already reached means "ready now" (stored as NULL).
+Datum effective_run_at(FunctionCallInfo fcinfo, int argno, char *null_flag) {
+    if (PG_ARGISNULL(argno)) {
+        *null_flag = 'n';
+        return (Datum)0;
+    }
+    TimestampTz at = PG_GETARG_TIMESTAMPTZ(argno);
+    if (TIMESTAMP_NOT_FINITE(at))
+        pg::error(sqlstate::kInvalidValue, "run_at must be a finite timestamp");
+    if (at <= pg::clock_now()) {
+        *null_flag = 'n';
+        return (Datum)0;
+    }
+    *null_flag = ' ';
+    return TimestampTzGetDatum(at);
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_create_queue) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_arg(fcinfo, 1, "lease");
+    pg::require_arg(fcinfo, 2, "max_attempts");
+    pg::require_arg(fcinfo, 3, "backoff");
+    pg::require_primary("claim.create_queue");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    int64_t lease = pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");
+    int32 max_attempts = PG_GETARG_INT32(2);
+    int64_t backoff = pg::interval_us(PG_GETARG_INTERVAL_P(3), "backoff");
+    pg::pure([&] {
+        check_queue_name(name);
+        check_positive_duration("lease", lease, kMaxLeaseUs);
+        check_range("max_attempts", max_attempts, 1, kMaxAttemptsLimit);
+        check_nonnegative_duration("backoff", backoff, kMaxDelayUs);
+    });
+
+    SPI_connect();
+    Datum v[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), Int32GetDatum(max_attempts),
+                  PG_GETARG_DATUM(3)};
+    if (pg::run(s_create, v, nullptr) == 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "queue \"%s\" already exists", name);
+        pg::error(sqlstate::kDuplicateQueue, msg);
+    }
+    SPI_finish();
+    PG_RETURN_VOID();
+}
+
+PGCLAIM_FUNCTION(pgclaim_drop_queue) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_primary("claim.drop_queue");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    pg::lock_queue_name(name, true);
+    SPI_connect();
+    Datum v[1] = {PG_GETARG_DATUM(0)};
+    if (pg::run(s_drop, v, nullptr) == 0) api::unknown_queue(name);
+    Datum qid = Int32GetDatum(pg::col_int32(0, 1));
+    Datum v2[1] = {qid};
+    pg::run(s_drop_items, v2, nullptr);
+    pg::run(s_drop_claims, v2, nullptr);
+    SPI_finish();
+    api::forget_hints(DatumGetInt32(qid));
+    PG_RETURN_VOID();
+}
+
+PGCLAIM_FUNCTION(pgclaim_enqueue) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_arg(fcinfo, 1, "payload");
+    pg::require_arg(fcinfo, 4, "priority");
+    pg::require_primary("claim.enqueue");
+    check_key(fcinfo, 2, "group_key");
+    check_key(fcinfo, 5, "dedup_key");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    pg::lock_queue_name(name, false);
+
+    Datum v[6];
+    char nulls[7] = "      ";
+    v[0] = PG_GETARG_DATUM(0);
+    v[1] = PG_GETARG_DATUM(4);
+    v[2] = effective_run_at(fcinfo, 3, &nulls[2]);
+    v[3] = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
+    nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
+    v[4] = PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5);
+    nulls[4] = PG_ARGISNULL(5) ? 'n' : ' ';
+    v[5] = PG_GETARG_DATUM(1);
+
+    SPI_connect();
+    int64 id = 0;
+    if (PG_ARGISNULL(5)) {
+        if (pg::run(s_enqueue, v, nulls) == 0) api::unknown_queue(name);
+        id = pg::col_int64(0, 1);
+    } else {
+        // Insert unless an unfinished item has the key; then return that one.
+        // The item found may finish in between: try again (bounded).
+        bool done = false;
+        for (int round = 0; round < 100 && !done; ++round) {
+            if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
+                id = pg::col_int64(0, 1);
+                done = true;
+                break;
+            }
+            Datum f[2] = {v[0], v[4]};
+            if (pg::run(s_find_dedup, f, nullptr) > 0) {
+                id = pg::col_int64(0, 1);
+                done = true;
+                break;
+            }
+            require_queue_exists(name);
+            CHECK_FOR_INTERRUPTS();
+        }
+        if (!done) elog(ERROR, "pg_claim: dedup enqueue kept racing with completions");
+    }
+    SPI_finish();
+    PG_RETURN_INT64(id);
+}
+
+PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_arg(fcinfo, 1, "payloads");
+    pg::require_arg(fcinfo, 4, "priority");
+    pg::require_primary("claim.enqueue_batch");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    ArrayType *payloads = PG_GETARG_ARRAYTYPE_P(1);
+    if (ARR_NDIM(payloads) > 1)
+        pg::error(sqlstate::kInvalidValue, "payloads must be a one-dimensional array");
+    if (array_contains_nulls(payloads))
+        pg::error(sqlstate::kNullValue, "payloads must not contain NULL elements");
+    int npayloads = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
+    if (!PG_ARGISNULL(2)) {
+        ArrayType *keys = PG_GETARG_ARRAYTYPE_P(2);
+        if (ARR_NDIM(keys) > 1)
+            pg::error(sqlstate::kInvalidValue, "group_keys must be a one-dimensional array");
+        int nkeys = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
+        if (nkeys != npayloads)
+            pg::error(sqlstate::kInvalidValue,
+                      "group_keys must have as many elements as payloads",
+                      "Pass NULL elements for items without a group.");
+    }
+    pg::lock_queue_name(name, false);
+
+    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+    ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+
+    Datum v[5];
+    char nulls[6] = "     ";
+    v[0] = PG_GETARG_DATUM(0);
+    v[1] = PG_GETARG_DATUM(4);
+    v[2] = effective_run_at(fcinfo, 3, &nulls[2]);
+    v[3] = PointerGetDatum(payloads);
+    v[4] = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
+    nulls[4] = PG_ARGISNULL(2) ? 'n' : ' ';
+
+    SPI_connect();
+    uint64 n = pg::run(s_enqueue_batch, v, nulls);
+    if (n == 0) require_queue_exists(name);
+    for (uint64 i = 0; i < n; ++i) {
+        Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
+        bool isnull[1] = {false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
+    }
+    SPI_finish();
+    return (Datum)0;
+}
+
+PGCLAIM_FUNCTION(pgclaim_redrive) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_primary("claim.redrive");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    Datum v[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
+    char nulls[3] = {' ', PG_ARGISNULL(1) ? 'n' : ' ', '\0'};
+    SPI_connect();
+    require_queue_exists(name);
+    pg::run(s_redrive, v, nulls);
+    int32 n = pg::col_int32(0, 1);
+    int32 qid = pg::col_int32(0, 2);
+    SPI_finish();
+    if (n > 0) api::forget_hints(qid);
+    PG_RETURN_INT32(n);
+}

@@ -1,0 +1,46 @@
+// Helpers shared by the SQL surfaces in src/api.
+#include "api/shared.hpp"
+
+#include "api/hints.hpp"
+#include "core/error.hpp"
+
+namespace pgclaim::api {
+
+namespace {
+pg::Stmt s_lookup = {
+    "SELECT queue_id, lease, max_attempts FROM claim.queues WHERE name = $1", 1, {TEXTOID},
+    nullptr};
+}
+
+QueueInfo lookup_queue(const char *name) {
+    Datum v[1] = {CStringGetTextDatum(name)};
+    if (pg::run(s_lookup, v, nullptr) == 0) unknown_queue(name);
+    bool isnull;
+    QueueInfo q;
+    q.queue_id = pg::col_int32(0, 1);
+    q.lease_us = pg::interval_us(DatumGetIntervalP(pg::col(0, 2, &isnull)), "lease");
+    q.max_attempts = pg::col_int32(0, 3);
+    return q;
+}
+
+void unknown_queue(const char *name) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "queue \"%s\" does not exist", name);
+    pg::error(sqlstate::kUndefinedQueue, msg, "Create it with claim.create_queue().");
+}
+
+void forget_hints(int32 queue_id) {
+    pg::pure([&] { hints().forget(queue_id); });
+}
+
+void stale_token(int64 token, const char *why) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "token %lld is not a live claim", (long long)token);
+    pg::error(sqlstate::kStaleToken, msg,
+              "The lease expired, or the item was re-claimed, completed, failed or released. "
+              "Discard this worker's result; the item is (or will be) delivered again under a "
+              "new token.",
+              why);
+}
+
+}  // namespace pgclaim::api

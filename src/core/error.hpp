@@ -1,0 +1,41 @@
+// Pure layer: never includes postgres.h.
+//
+// The error type of the pure layer. It carries a SQLSTATE so that the server
+// boundary (src/pg/boundary.hpp) re-raises it with the right code.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pgclaim {
+
+// SQLSTATEs used by pg_claim. Standard codes where one fits exactly, class
+// "PC" for conditions that only pg_claim has. The README lists all of them.
+namespace sqlstate {
+inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
+inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders
+inline constexpr const char *kNotReadCommitted = "PC003";  // reserved
+inline constexpr const char *kUndefinedQueue = "42704";    // undefined_object
+inline constexpr const char *kDuplicateQueue = "42710";    // duplicate_object
+inline constexpr const char *kInvalidName = "42602";       // invalid_name
+inline constexpr const char *kNullValue = "22004";         // null_value_not_allowed
+inline constexpr const char *kInvalidValue = "22023";      // invalid_parameter_value
+inline constexpr const char *kReadOnly = "25006";          // read_only_sql_transaction
+}  // namespace sqlstate
+
+class Error : public std::runtime_error {
+public:
+    Error(const char *code, std::string message, std::string hint = {}, std::string detail = {})
+        : std::runtime_error(message), code_(code), hint_(std::move(hint)),
+          detail_(std::move(detail)) {}
+    const char *code() const noexcept { return code_; }
+    const std::string &hint() const noexcept { return hint_; }
+    const std::string &detail() const noexcept { return detail_; }
+
+private:
+    const char *code_;
+    std::string hint_;
+    std::string detail_;
+};
+
+}  // namespace pgclaim

@@ -1,0 +1,37 @@
+// Pure layer: never includes postgres.h.
+#include "core/scan_hint.hpp"
+
+#include <algorithm>
+
+namespace pgclaim {
+
+int64_t ScanHints::validity_us(int64_t walk_us) {
+    int64_t v = walk_us > kMaxValidUs ? kMaxValidUs : walk_us * kCostFactor;
+    return std::clamp<int64_t>(v, kMinValidUs, kMaxValidUs);
+}
+
+std::optional<ScanPos> ScanHints::start(int32_t queue_id, int64_t now_us) const {
+    auto it = hints_.find(queue_id);
+    if (it == hints_.end()) return std::nullopt;
+    const Hint &h = it->second;
+    if (now_us < h.head_walk_at_us) return std::nullopt;  // clock went back
+    if (now_us - h.head_walk_at_us > validity_us(h.head_walk_cost_us)) return std::nullopt;
+    return h.pos;
+}
+
+void ScanHints::record(int32_t queue_id, bool from_head, std::optional<ScanPos> first,
+                       int64_t walk_us, int64_t now_us) {
+    if (from_head) {
+        if (!first) {
+            hints_.erase(queue_id);  // empty queue: nothing to remember
+            return;
+        }
+        hints_[queue_id] = Hint{*first, now_us, walk_us < 0 ? 0 : walk_us};
+        return;
+    }
+    auto it = hints_.find(queue_id);
+    if (it == hints_.end()) return;
+    if (first) it->second.pos = *first;  // moves forward only: scans start at pos
+}
+
+}  // namespace pgclaim

@@ -1,0 +1,63 @@
+// Pure layer: never includes postgres.h.
+//
+// Where a claim scan starts ("line in the sand", seed 004).
+//
+// Completed items are deleted. While some transaction holds an old snapshot,
+// their index entries cannot be removed or marked dead, so a scan that starts
+// at the head of the queue walks all of them on every claim. Each backend
+// therefore remembers, per queue, the position (ord, id) of the first item its
+// last scan saw, and starts the next scan there.
+//
+// Every item before that position was finished (deleted or dead) when it was
+// seen, except one that became visible later: a producer that committed late,
+// an enqueue with a higher priority, a redriven or promoted item. Those are
+// never lost: the position is forgotten after a validity period and the scan
+// starts from the head again. The period adapts to what a walk from the head
+// costs (20x that cost, between 20 ms and 2 s), so a cheap walk happens often
+// and an expensive one stays below ~5% of the time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+
+namespace pgclaim {
+
+struct ScanPos {
+    int32_t ord;
+    int64_t id;
+    bool operator==(const ScanPos &o) const { return ord == o.ord && id == o.id; }
+};
+
+class ScanHints {
+public:
+    static constexpr int64_t kMinValidUs = 20'000;
+    static constexpr int64_t kMaxValidUs = 2'000'000;
+    static constexpr int64_t kCostFactor = 20;
+
+    // The position to start from, or nothing to start at the head.
+    std::optional<ScanPos> start(int32_t queue_id, int64_t now_us) const;
+
+    // After a scan: `from_head` tells where it started, `first` is the first
+    // visible item it met (nothing if none), `walk_us` how long the first
+    // fetch took.
+    void record(int32_t queue_id, bool from_head, std::optional<ScanPos> first, int64_t walk_us,
+                int64_t now_us);
+
+    // Something may have appeared before the position (this backend redrove,
+    // released or promoted items): next scan starts at the head.
+    void forget(int32_t queue_id) { hints_.erase(queue_id); }
+    void forget_all() { hints_.clear(); }
+
+    static int64_t validity_us(int64_t walk_us);
+
+private:
+    struct Hint {
+        ScanPos pos;
+        int64_t head_walk_at_us;  // when the scan last started at the head
+        int64_t head_walk_cost_us;
+    };
+    std::unordered_map<int32_t, Hint> hints_;
+};
+
+}  // namespace pgclaim

@@ -1,0 +1,145 @@
+// Server layer: the only place (with src/api and src/worker, which include
+// this header) that talks to PostgreSQL. Files in src/core never include it.
+//
+// Rules for every function in src/pg, src/api and src/worker:
+//  * a frame that calls anything that can raise (palloc, SPI, locks,
+//    CHECK_FOR_INTERRUPTS) holds only plain data: no std::string, no
+//    containers, no RAII objects;
+//  * pure C++ from src/core is called through pgclaim::pg::pure(), which
+//    catches every exception and re-raises it as a PostgreSQL error with its
+//    SQLSTATE after the catch scope has ended;
+//  * SQL-callable functions are defined with PGCLAIM_FUNCTION, which does the
+//    same for the function body.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <new>
+
+#include "core/error.hpp"
+
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+}
+
+namespace pgclaim::pg {
+
+// An error caught in C++ and waiting to be raised once no C++ scope is live.
+struct PendingError {
+    bool set;
+    char code[6];
+    char message[1024];
+    char hint[512];
+    char detail[512];
+};
+
+void capture(PendingError &err, const std::exception *e) noexcept;
+[[noreturn]] void raise(const PendingError &err);
+
+// Run pure C++ code (no server calls inside!) and turn its exceptions into
+// PostgreSQL errors.
+template <class F>
+inline void pure(F &&f) {
+    PendingError err;
+    err.set = false;
+    try {
+        f();
+    } catch (const std::exception &e) {
+        capture(err, &e);
+    } catch (...) {
+        capture(err, nullptr);
+    }
+    if (err.set) raise(err);
+}
+
+// ereport with one of our SQLSTATE strings ("PC001", "22023", ...).
+[[noreturn]] void error(const char *sqlstate, const char *message, const char *hint = nullptr,
+                        const char *detail = nullptr);
+
+// --- arguments -------------------------------------------------------------
+
+// Raise 22004 naming the argument when it is NULL.
+void require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+// Interval to microseconds (a month counts 30 days); 22023 on overflow.
+int64_t interval_us(const Interval *iv, const char *what);
+// Text argument as a NUL-terminated palloc'd string.
+char *arg_cstring(FunctionCallInfo fcinfo, int argno);
+
+// --- environment -----------------------------------------------------------
+
+// 25006 on a hot standby: every function that writes calls it first.
+void require_primary(const char *fn);
+// The server clock, never the transaction start.
+inline TimestampTz clock_now() { return GetCurrentTimestamp(); }
+
+// --- SPI with cached plans ---------------------------------------------------
+
+struct Stmt {
+    const char *sql;
+    int nargs;
+    Oid types[10];
+    SPIPlanPtr plan;  // prepared on first use, kept for the backend's life
+};
+
+// Execute with a fresh snapshot (the latest committed state, also under
+// REPEATABLE READ: our checks must see what other claimers committed).
+// Returns SPI_processed; results in SPI_tuptable.
+uint64 run(Stmt &s, Datum *values, const char *nulls, long limit = 0);
+
+// Column accessors on SPI_tuptable row `row` (1-based column numbers).
+Datum col(uint64 row, int colno, bool *isnull);
+int64_t col_int64(uint64 row, int colno);
+int32_t col_int32(uint64 row, int colno);
+
+// --- locks -------------------------------------------------------------------
+// Transaction-level heavyweight locks in an advisory-lock space of our own
+// (field4 values that pg_advisory_* never uses), released at commit/abort.
+
+// Lock an item: claimers try (skip when busy); everyone else waits.
+bool lock_item(int64_t item_id, bool wait);
+void unlock_item(int64_t item_id);
+// Lock a queue by name: producers share, drop_queue is exclusive.
+void lock_queue_name(const char *name, bool exclusive);
+
+// --- tokens ---------------------------------------------------------------
+// Make sure the WAL record that covers every token handed out so far is on
+// disk before the tokens leave the server, so a crash can never hand one out
+// again. Cheap when it already is (the usual case).
+void flush_token_wal();
+
+}  // namespace pgclaim::pg
+
+// Define a SQL-callable function. The body runs inside try/catch; a C++
+// exception becomes a PostgreSQL error (with its SQLSTATE) after the catch.
+#define PGCLAIM_FUNCTION(name)                                                  \
+    static Datum name##_body(FunctionCallInfo fcinfo);                          \
+    extern "C" {                                                                \
+    PG_FUNCTION_INFO_V1(name);                                                  \
+    }                                                                           \
+    extern "C" Datum name(PG_FUNCTION_ARGS) {                                   \
+        pgclaim::pg::PendingError pgc_err_;                                     \
+        pgc_err_.set = false;                                                   \
+        Datum pgc_result_ = (Datum)0;                                           \
+        try {                                                                   \
+            pgc_result_ = name##_body(fcinfo);                                  \
+        } catch (const std::exception &e) {                                     \
+            pgclaim::pg::capture(pgc_err_, &e);                                 \
+        } catch (...) {                                                         \
+            pgclaim::pg::capture(pgc_err_, nullptr);                            \
+        }                                                                       \
+        if (pgc_err_.set) pgclaim::pg::raise(pgc_err_);                         \
+        return pgc_result_;                                                     \
+    }                                                                           \
+    static Datum name##_body(FunctionCallInfo fcinfo)
