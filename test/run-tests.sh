@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# test/run-tests.sh — the README's test command (also what .ci/run calls).
+#
+# Run as root on Debian 12:  bash test/run-tests.sh
+#
+# 1. test/setup.sh: installs what is missing, builds and installs the extension,
+#    creates the unprivileged user "pgclaim".
+# 2. Copies the built tree to a scratch directory owned by pgclaim, so the
+#    checkout stays untouched and the servers never run as root.
+# 3. Runs every layer, each with its own throwaway cluster(s):
+#      regress    pg_regress over the Makefile's REGRESS list (sql/ -> expected/)
+#      isolation  pg_isolation_regress over test/isolation/specs/*.spec
+#      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
+#      unit       CMake build + GoogleTest via ctest
+# 4. Prints a per-layer summary and, as the very last line: "N passed, N failed".
+#
+# What a count is:
+#   regress, isolation: one per test (each "... ok" / "... FAILED" line of pg_regress;
+#                       "failed (ignored)" counts as passed and is listed).
+#   tap:                one per assertion ("ok N" / "not ok N" in TAP output); a
+#                       script that dies or has a bad plan without a failing
+#                       assertion adds one failure.
+#   unit:               one per ctest test (one per GoogleTest case with
+#                       gtest_discover_tests).
+#   A step that prevents a layer from producing results (setup/build failure,
+#   a server that does not start, a timeout) counts as one failure.
+#
+# Environment:
+#   PGCLAIM_USER           OS user that runs the servers   (default pgclaim)
+#   PGCLAIM_LAYER_TIMEOUT  seconds per layer               (default 300)
+#   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
+#   PGCLAIM_LAYERS         layers to run, space-separated  (default: all)
+#   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
+set -uo pipefail   # no -e: a failing layer must not stop the others
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_BIN=/usr/lib/postgresql/15/bin
+PG_CONFIG="$PG_BIN/pg_config"
+PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
+RUN_USER="${PGCLAIM_USER:-pgclaim}"
+LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-300}"
+LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit})
+
+declare -A PASSED FAILED NOTE
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+FAILED_NAMES=()
+START=$SECONDS
+
+banner() { printf '\n======== %s ========\n' "$*"; }
+
+# record LAYER PASSED FAILED [note]
+record() {
+    PASSED[$1]=$(( ${PASSED[$1]:-0} + $2 ))
+    FAILED[$1]=$(( ${FAILED[$1]:-0} + $3 ))
+    [[ -n "${4:-}" ]] && NOTE[$1]="${NOTE[$1]:+${NOTE[$1]}; }$4"
+    TOTAL_PASSED=$(( TOTAL_PASSED + $2 ))
+    TOTAL_FAILED=$(( TOTAL_FAILED + $3 ))
+}
+
+final_line() {
+    printf '%d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
+}
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "test/run-tests.sh must run as root (it installs packages and the extension)" >&2
+    TOTAL_FAILED=1; final_line; exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# 1. set-up
+# ---------------------------------------------------------------------------
+banner "setup"
+if [[ "${PGCLAIM_SKIP_SETUP:-0}" != 1 ]]; then
+    if ! bash "$ROOT/test/setup.sh"; then
+        echo "setup failed: packages, build or install (see above); no layer can run" >&2
+        record setup 0 1 "test/setup.sh failed"
+        printf '\nsetup failed after %ds\n' $((SECONDS - START))
+        final_line
+        exit 1
+    fi
+fi
+
+# ---------------------------------------------------------------------------
+# 2. scratch copy of the built tree, owned by the unprivileged user
+# ---------------------------------------------------------------------------
+WORK="$(mktemp -d /tmp/pg_claim-tests.XXXXXX)"
+TREE="$WORK/tree"
+LOGS="$WORK/logs"
+mkdir -p "$TREE" "$LOGS"
+tar -C "$ROOT" -cf - \
+    --exclude=./.git --exclude=./build --exclude='./tmp_check*' \
+    --exclude=./results --exclude=./output_iso --exclude=./log \
+    --exclude=./regression.diffs --exclude=./regression.out \
+    --exclude=./test/tmp_check --exclude=./test/bench/out . \
+  | tar -C "$TREE" -xf -
+chown -R "$RUN_USER:" "$WORK"
+chmod 755 "$WORK"
+
+as_user() {
+    runuser -u "$RUN_USER" -- env HOME="$WORK" PATH="$PG_BIN:$PATH" "$@"
+}
+
+# Stop any server a killed or crashed layer left behind: only those whose data
+# directory is inside our scratch directory, by the PID in their postmaster.pid.
+stop_leftover_servers() {
+    local pidfile
+    while IFS= read -r pidfile; do
+        as_user pg_ctl -D "$(dirname "$pidfile")" stop -m immediate >/dev/null 2>&1 || true
+    done < <(find "$WORK" -name postmaster.pid 2>/dev/null)
+}
+
+cleanup() {
+    stop_leftover_servers
+    if [[ "${PGCLAIM_KEEP:-0}" == 1 || $TOTAL_FAILED -gt 0 ]]; then
+        echo "scratch directory kept for inspection: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+on_signal() {
+    trap - EXIT INT TERM
+    echo "interrupted" >&2
+    stop_leftover_servers
+    rm -rf "$WORK"
+    exit 130
+}
+trap on_signal INT TERM
+
+# Print a file with a header: show_file TITLE FILE [MAX_LINES [head|tail]].
+# Capped, so one giant diff or log cannot drown the summary.
+show_file() {
+    local title=$1 file=$2 max=${3:-400} how=${4:-head} n
+    [[ -s "$file" ]] || return 0
+    n=$(wc -l <"$file")
+    printf -- '--- %s (%s) ---\n' "$title" "$file"
+    if [[ $how == tail ]]; then
+        (( n > max )) && printf -- '... (%d earlier lines)\n' $((n - max))
+        tail -n "$max" "$file"
+    else
+        head -n "$max" "$file"
+        (( n > max )) && printf -- '... (%d more lines)\n' $((n - max))
+    fi
+    return 0
+}
+
+# Count pg_regress / pg_isolation_regress result lines in a log:
+#   "test name   ... ok   12 ms", "     name   ... FAILED   3 ms", "... failed (ignored)"
+# Sets R_OK, R_FAIL, R_IGN and prints the names of failed tests.
+count_regress_log() {
+    local log=$1 re='^(test[[:space:]]+|[[:space:]]+)([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))'
+    R_OK=0; R_FAIL=0; R_IGN=0; R_FAILED_NAMES=()
+    local line
+    while IFS= read -r line; do
+        if [[ $line =~ $re ]]; then
+            case "${BASH_REMATCH[3]}" in
+                ok) R_OK=$((R_OK + 1)) ;;
+                FAILED) R_FAIL=$((R_FAIL + 1)); R_FAILED_NAMES+=("${BASH_REMATCH[2]}") ;;
+                *) R_IGN=$((R_IGN + 1)) ;;
+            esac
+        fi
+    done <"$log"
+}
+
+# ---------------------------------------------------------------------------
+# 3. layers
+# ---------------------------------------------------------------------------
+
+# pg_regress-style layer via the Makefile's installcheck target, so REGRESS,
+# REGRESS_OPTS, ISOLATION and ISOLATION_OPTS come from the Makefile itself.
+#   $1 layer name, $2 make variable to clear (the other suite),
+#   $3 output dir (where regression.diffs and log/postmaster.log land)
+run_pg_regress_layer() {
+    local layer=$1 clear=$2 outdir=$3 log="$LOGS/$1.log" rc
+    local list var=REGRESS
+    [[ "$layer" == isolation ]] && var=ISOLATION
+    # Ask make for the list, so the Makefile stays the only place that defines it.
+    list=$(cd "$TREE" && make --no-print-directory -s -f Makefile -f - \
+               PG_CONFIG="$PG_CONFIG" print-list <<<"print-list: ; @echo \$($var)" 2>/dev/null)
+    if [[ -z "${list// /}" ]]; then
+        echo "no $layer tests found"
+        record "$layer" 0 0 "no tests"
+        return
+    fi
+    echo "tests: $list"
+    (cd "$TREE" && as_user timeout -k 10 "$LAYER_TIMEOUT" \
+        make --no-print-directory installcheck PG_CONFIG="$PG_CONFIG" "$clear=") 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    stop_leftover_servers
+    count_regress_log "$log"
+    # A test with no result line (pg_regress aborted: missing expected file,
+    # server not started, timeout) is a failure too.
+    local t missing=0
+    for t in $list; do
+        if ! grep -qE "^(test[[:space:]]+|[[:space:]]+)$t[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))" "$log"; then
+            missing=$((missing + 1)); R_FAILED_NAMES+=("$t (no result)")
+        fi
+    done
+    R_FAIL=$((R_FAIL + missing))
+    local ign_note=""
+    (( R_IGN > 0 )) && ign_note="$R_IGN failed (ignored)"
+    record "$layer" $((R_OK + R_IGN)) "$R_FAIL" "$ign_note"
+    for n in "${R_FAILED_NAMES[@]}"; do FAILED_NAMES+=("$layer/$n"); done
+    if (( rc == 124 || rc == 137 )); then
+        record "$layer" 0 1 "timed out after ${LAYER_TIMEOUT}s"
+        FAILED_NAMES+=("$layer (timeout)")
+    elif (( rc != 0 && R_FAIL == 0 )); then
+        record "$layer" 0 1 "runner failed (exit $rc) without a failing test"
+        FAILED_NAMES+=("$layer (runner)")
+    fi
+    if (( rc != 0 )); then
+        show_file "$layer diffs" "$TREE/$outdir/regression.diffs"
+        # pg_regress names the server log when the temp instance did not start.
+        local plog
+        plog=$(sed -n 's/^Examine \(.*\) for the reason.*/\1/p' "$log" | tail -n 1)
+        [[ -z "$plog" && $R_FAIL -eq 0 ]] && plog="$TREE/$outdir/log/postmaster.log"
+        if [[ -n "$plog" && -s "$plog" ]]; then
+            show_file "$layer server log" "$plog" 60 tail
+        fi
+    fi
+}
+
+run_tap_layer() {
+    local files=() f log rc ok nok
+    shopt -s nullglob
+    files=("$TREE"/test/t/*.pl)
+    shopt -u nullglob
+    if (( ${#files[@]} == 0 )); then
+        echo "no TAP tests found"
+        record tap 0 0 "no tests"
+        return
+    fi
+    # The environment pgxs.mk's prove_installcheck sets, adapted to this layout:
+    # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check, Cluster.pm needs
+    # PG_REGRESS (for --config-auth) and the server binaries in PATH.
+    for f in "${files[@]}"; do
+        local name; name=$(basename "$f")
+        log="$LOGS/tap-$name.log"
+        echo "--- $name"
+        (cd "$TREE/test" && as_user timeout -k 10 "$LAYER_TIMEOUT" env \
+            TESTDIR="$TREE/test" \
+            PG_REGRESS="$PGXS_SRC/test/regress/pg_regress" \
+            PGXS="$PGXS_SRC/makefiles/pgxs.mk" \
+            PG_CONFIG="$PG_CONFIG" \
+            prove -v -I "$PGXS_SRC/test/perl/" -I "$TREE/test" "t/$name") 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        stop_leftover_servers
+        ok=$(grep -cE '^ok [0-9]+' "$log")
+        nok=$(grep -E '^not ok [0-9]+' "$log" | grep -vc '# TODO')
+        record tap "$ok" "$nok"
+        (( nok > 0 )) && FAILED_NAMES+=("tap/$name ($nok assertions)")
+        if (( rc == 124 || rc == 137 )); then
+            record tap 0 1 "$name timed out"
+            FAILED_NAMES+=("tap/$name (timeout)")
+        elif (( rc != 0 && nok == 0 )); then
+            record tap 0 1 "$name died (exit $rc)"
+            FAILED_NAMES+=("tap/$name (died)")
+        fi
+        if (( rc != 0 )); then
+            local base=${name%.pl}
+            show_file "TAP log of $name" "$TREE/test/tmp_check/log/regress_log_$base" 80 tail
+            local plog
+            for plog in "$TREE"/test/tmp_check/log/"${base}"_*.log; do
+                show_file "server log" "$plog" 40 tail
+            done
+        fi
+    done
+}
+
+run_unit_layer() {
+    local build="$TREE/build/cmake" log="$LOGS/unit.log" blog="$LOGS/unit-build.log" rc line
+    # Configure and build everything (core library, unit tests, the extension
+    # module, bench tools); keep going past errors so the unit tests still run
+    # when only another target is broken. A failed build counts as one failure.
+    (cd "$TREE" && as_user timeout -k 10 "$LAYER_TIMEOUT" bash -c '
+        cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_CONFIG="$2" || exit 1
+        cmake --build "$1" -j2 -- -k
+        ' _ "$build" "$PG_CONFIG") >"$blog" 2>&1
+    rc=$?
+    if (( rc != 0 )); then
+        grep -E -B2 -A6 'error|Error|CMake Error' "$blog" | head -n 80
+        echo "(full build log: $blog)"
+        record unit 0 1 "cmake configure/build failed (exit $rc)"
+        FAILED_NAMES+=("unit (cmake build)")
+    else
+        echo "cmake build ok"
+    fi
+    if [[ ! -f "$build/CTestTestfile.cmake" ]]; then
+        return
+    fi
+    if [[ -n "$(ls "$TREE"/test/unit/*.cpp 2>/dev/null)" && ! -x "$build/pgclaim_unit" ]]; then
+        echo "pgclaim_unit was not built; unit tests not run"
+        return
+    fi
+    (cd "$TREE" && as_user timeout -k 10 "$LAYER_TIMEOUT" \
+        ctest --test-dir "$build" --output-on-failure --timeout 60 -j2) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # "100% tests passed, 0 tests failed out of 12"
+    line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+    if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+        local nf=${BASH_REMATCH[1]} nt=${BASH_REMATCH[2]}
+        record unit $((nt - nf)) "$nf"
+        if (( nf > 0 )); then
+            while IFS= read -r line; do FAILED_NAMES+=("unit/$line"); done \
+                < <(sed -n 's/^[[:space:]]*[0-9]\{1,\} - \([^ ]*\).*/\1/p' "$log")
+        fi
+    elif grep -q 'No tests were found' "$log"; then
+        record unit 0 0 "no tests"
+    elif (( rc != 0 )); then
+        record unit 0 1 "ctest failed (exit $rc)"
+        FAILED_NAMES+=("unit (ctest)")
+    fi
+}
+
+for layer in "${LAYERS[@]}"; do
+    t0=$SECONDS
+    banner "$layer"
+    case "$layer" in
+        regress)   run_pg_regress_layer regress ISOLATION . ;;
+        isolation) run_pg_regress_layer isolation REGRESS output_iso ;;
+        tap)       run_tap_layer ;;
+        unit)      run_unit_layer ;;
+        *)         echo "unknown layer $layer"; record "$layer" 0 1 "unknown layer" ;;
+    esac
+    NOTE[$layer]="${NOTE[$layer]:+${NOTE[$layer]}; }$((SECONDS - t0))s"
+done
+
+# ---------------------------------------------------------------------------
+# 4. summary
+# ---------------------------------------------------------------------------
+banner "summary"
+printf '%-10s %7s %7s  %s\n' layer passed failed notes
+for layer in "${LAYERS[@]}"; do
+    printf '%-10s %7d %7d  %s\n' "$layer" "${PASSED[$layer]:-0}" "${FAILED[$layer]:-0}" "${NOTE[$layer]:-}"
+done
+if (( ${#FAILED_NAMES[@]} )); then
+    echo "failed:"
+    printf '  %s\n' "${FAILED_NAMES[@]}"
+fi
+echo "total time: $((SECONDS - START))s"
+cleanup
+trap - INT TERM
+final_line
+(( TOTAL_FAILED == 0 ))
