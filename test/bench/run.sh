@@ -1,0 +1,498 @@
+#!/usr/bin/env bash
+# pg_claim bench: every pg_claim figure beside its baseline, measured in the same run.
+#
+#   bash test/bench/run.sh              default run (15 s windows, 60 s pinned-xmin run; ~8 min)
+#   QUICK=1 bash test/bench/run.sh      5 s windows, 20 s pinned-xmin run (~3 min)
+#
+# Environment:
+#   BENCH_DURATION=15        seconds per measurement window (QUICK=1: 5)
+#   BENCH_PIN_DURATION=60    length of the pinned-xmin runs (QUICK=1: 20)
+#   BENCH_PIN_TAIL=15        the pinned figure is the mean tps over the last N seconds (QUICK=1: 5)
+#   BENCH_BACKLOG=1000000    ready items in the queue when a run starts (at least)
+#   BENCH_BASELINE_ONLY=1    run the baselines only (also automatic when pg_claim is not installed)
+#   BENCH_SETUP=1            run test/setup.sh first (build + install); default: only if needed
+#   BENCH_STATS=1            preload pg_stat_statements and print the top statements of each run
+#   BENCH_KEEP=1             keep the cluster directory at exit (for post-mortems)
+#   BENCH_OUT=dir            output directory (default test/bench/out)
+#
+# As root the server runs as the unprivileged OS user `pgclaim` (created by test/setup.sh).
+# The cluster lives in a temp directory with its own unix socket (no TCP) and is removed at exit.
+# Outputs: $BENCH_OUT/summary.txt, pinned_xmin.dat, pinned_xmin.png, logs/*.log, series/*.dat
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+OUT=${BENCH_OUT:-$HERE/out}
+QUICK=${QUICK:-0}
+if [[ $QUICK == 1 ]]; then d_dur=5 d_pin=20 d_tail=5; else d_dur=15 d_pin=60 d_tail=15; fi
+DUR=${BENCH_DURATION:-$d_dur}
+PIN_DUR=${BENCH_PIN_DURATION:-$d_pin}
+PIN_TAIL=${BENCH_PIN_TAIL:-$d_tail}
+BACKLOG=${BENCH_BACKLOG:-1000000}
+CLIENTS=16
+THREADS=2
+BATCH=500
+BATCH_CLIENTS=4
+FILL_CHUNK=10000
+PORT=5499
+RUN_USER=pgclaim
+
+log()  { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die()  { log "ERROR: $*"; exit 1; }
+
+# --------------------------------------------------------------------------- prerequisites
+PG_CONFIG=${PG_CONFIG:-}
+if [[ -z $PG_CONFIG ]]; then
+    if [[ -x /usr/lib/postgresql/15/bin/pg_config ]]; then PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+    else PG_CONFIG=pg_config; fi
+fi
+
+ext_installed() {
+    command -v "$PG_CONFIG" >/dev/null 2>&1 || return 1
+    [[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" && -f "$("$PG_CONFIG" --sharedir)/extension/pg_claim.control" ]]
+}
+
+if [[ ${BENCH_SETUP:-} == 1 ]] || { [[ ${BENCH_BASELINE_ONLY:-0} != 1 ]] && ! ext_installed; } \
+   || { [[ $(id -u) == 0 ]] && ! id "$RUN_USER" >/dev/null 2>&1; }; then
+    if [[ -f $ROOT/test/setup.sh ]]; then
+        log "running test/setup.sh (install packages, build, install pg_claim)"
+        bash "$ROOT/test/setup.sh" >&2 || log "test/setup.sh failed; continuing with what is installed"
+    fi
+fi
+command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-15 or run test/setup.sh)"
+PGBIN=$("$PG_CONFIG" --bindir)
+for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done
+command -v gnuplot >/dev/null 2>&1 || log "gnuplot not found: no PNG will be drawn (apt-get install gnuplot-nox)"
+
+WITH_EXT=1
+if [[ ${BENCH_BASELINE_ONLY:-0} == 1 ]]; then WITH_EXT=0
+elif ! ext_installed; then log "pg_claim is not installed: running the baselines only"; WITH_EXT=0; fi
+
+if [[ $(id -u) == 0 ]]; then
+    if ! id "$RUN_USER" >/dev/null 2>&1; then
+        log "creating OS user $RUN_USER"
+        useradd --system --create-home --shell /bin/bash "$RUN_USER"
+    fi
+    AS=(runuser -u "$RUN_USER" --)
+    DBUSER=$RUN_USER
+else
+    AS=()
+    DBUSER=$(id -un)
+fi
+
+# --------------------------------------------------------------------------- cluster
+WORK=$(mktemp -d /tmp/pg_claim_bench.XXXXXX)
+chmod 755 "$WORK"
+[[ $(id -u) == 0 ]] && chown "$RUN_USER" "$WORK"
+DATA=$WORK/data
+SOCK=$WORK/sock
+PINNER_PID=
+mkdir -p "$OUT/logs" "$OUT/series"
+rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/pinned_xmin.dat" "$OUT/pinned_xmin.png" "$OUT/summary.txt"
+
+cleanup() {
+    local rc=$?
+    set +e
+    [[ -n $PINNER_PID ]] && kill "$PINNER_PID" 2>/dev/null
+    if [[ -f $DATA/postmaster.pid ]]; then
+        "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1
+    fi
+    if [[ ${BENCH_KEEP:-0} == 1 ]]; then log "cluster kept in $WORK"; else rm -rf "$WORK"; fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"${AS[@]}" mkdir -p "$SOCK"
+log "initdb in $DATA"
+"${AS[@]}" "$PGBIN/initdb" -D "$DATA" -U "$DBUSER" -A trust -E UTF8 --no-locale --no-sync >"$OUT/logs/initdb.log" 2>&1 \
+    || { cat "$OUT/logs/initdb.log" >&2; die "initdb failed"; }
+
+preload=()
+[[ $WITH_EXT == 1 ]] && preload+=(pg_claim)
+[[ ${BENCH_STATS:-0} == 1 ]] && preload+=(pg_stat_statements)
+preload_csv=$(IFS=,; echo "${preload[*]:-}")
+"${AS[@]}" tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
+
+# ---- pg_claim bench
+listen_addresses = ''
+port = $PORT
+unix_socket_directories = '$SOCK'
+shared_preload_libraries = '$preload_csv'
+shared_buffers = 1GB
+max_connections = 100
+max_locks_per_transaction = 256
+synchronous_commit = on
+# Equal for both sides: no checkpoint inside a window (each run starts with an explicit CHECKPOINT).
+max_wal_size = 16GB
+checkpoint_timeout = 30min
+logging_collector = off
+log_min_messages = warning
+EOF
+
+log "starting server (port $PORT, socket $SOCK${preload_csv:+, preload $preload_csv})"
+"${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
+    || { "${AS[@]}" cat "$WORK/server.log" >&2; die "server did not start"; }
+
+# Clients run as the invoking user and connect through the private socket.
+export PGHOST=$SOCK PGPORT=$PORT PGUSER=$DBUSER PGDATABASE=bench
+"$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench" >/dev/null
+
+sql()  { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+now_s() { date +%s.%N; }
+fdiv() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.2f", a / b }'; }
+fmt()  { awk -v a="$1" 'BEGIN { if (a == "" || a == "nan") print "n/a"; else printf "%.0f", a }'; }
+
+if [[ $WITH_EXT == 1 ]]; then
+    sql -c "CREATE EXTENSION pg_claim" || die "CREATE EXTENSION pg_claim failed"
+fi
+[[ ${BENCH_STATS:-0} == 1 ]] && sql -c "CREATE EXTENSION pg_stat_statements"
+
+# --------------------------------------------------------------------------- helpers
+# Wait until no autovacuum worker is busy (at most 30 s) so one side's cleanup does not run in
+# the other's window, then checkpoint so every window starts from the same state.
+settle() {
+    local i
+    for i in $(seq 1 60); do
+        [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'") == 0 ]] && break
+        sleep 0.5
+    done
+    sql -c "CHECKPOINT"
+}
+
+# run_pgbench NAME CLIENTS DURATION SCRIPT  ->  sets TPS, ABORTED; writes logs/NAME.log and series/NAME.dat
+run_pgbench() {
+    local name=$1 clients=$2 dur=$3 script=$4 threads=$THREADS
+    (( clients < threads )) && threads=$clients
+    [[ ${BENCH_STATS:-0} == 1 ]] && sql -c "SELECT pg_stat_statements_reset()" >/dev/null
+    log "run $name: $clients clients, ${dur}s"
+    "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$threads" -T "$dur" -P 1 -f "$script" \
+        >"$OUT/logs/$name.log" 2>&1 || true
+    TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/logs/$name.log")
+    TPS=${TPS:-0}
+    ABORTED=0
+    if grep -qE 'aborted|Run was aborted|FATAL|ERROR' "$OUT/logs/$name.log"; then
+        ABORTED=1
+        log "WARNING: $name had errors/aborted clients:"
+        grep -E 'aborted|ERROR|FATAL' "$OUT/logs/$name.log" | head -5 >&2
+    fi
+    awk '/^progress: / { t = $2 + 0; tps = $4 + 0; printf "%d %.1f\n", t, tps }' "$OUT/logs/$name.log" \
+        >"$OUT/series/$name.dat"
+    log "  $name: $(fmt "$TPS") tps"
+    if [[ ${BENCH_STATS:-0} == 1 ]]; then
+        {
+            echo "--- pg_stat_statements for $name (top 8 by total time)"
+            sql -F ' | ' -c "SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
+                                    round(mean_exec_time::numeric, 3) AS mean_ms, rows,
+                                    left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+                             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8"
+        } | tee -a "$OUT/logs/stats.txt" >&2
+    fi
+}
+
+# mean of the per-second series over (from, to]
+series_mean() {
+    awk -v a="$2" -v b="$3" '$1 > a && $1 <= b { s += $2; n++ } END { if (n) printf "%.1f", s / n; else print 0 }' "$1"
+}
+
+# ---------------------------------------------------------------- baseline (seed 004's SKIP LOCKED queue)
+# The table of seed 004, reduced to what the queue needs, with the same payload as the pg_claim items.
+# Indexes, as a competent user would write them for this query: the primary key on id, and a
+# partial index on id WHERE status = 'new' (only the unclaimed part of the queue is indexed, the
+# claim's ORDER BY id LIMIT 1 is an index scan of it). Index built after the bulk load.
+fill_baseline() {
+    local n=$1 t0 t1
+    t0=$(now_s)
+    sql <<EOF
+DROP TABLE IF EXISTS q;
+CREATE TABLE q (
+    id          bigserial PRIMARY KEY,
+    status      text NOT NULL DEFAULT 'new'
+                CHECK (status IN ('new', 'in-progress', 'complete', 'error')),
+    process_id  text,
+    payload     jsonb NOT NULL DEFAULT '{}',
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO q (payload) SELECT jsonb_build_object('i', g) FROM generate_series(1, $n) g;
+CREATE INDEX q_new ON q (id) WHERE status = 'new';
+VACUUM ANALYZE q;
+EOF
+    t1=$(now_s)
+    FILL_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    log "  baseline: filled $n rows in ${FILL_SECS}s (INSERT ... SELECT + index + VACUUM ANALYZE)"
+}
+baseline_left() { sql -c "SELECT count(*) FROM q WHERE status = 'new'"; }
+
+# ---------------------------------------------------------------- pg_claim queues
+# Fresh queue per run, filled with enqueue_batch in chunks of $FILL_CHUNK, then VACUUM ANALYZE.
+fill_claim() {
+    local queue=$1 n=$2 t0 t1 done_=0 c
+    t0=$(now_s)
+    sql -c "SELECT claim.drop_queue('$queue') FROM claim.queue_stats WHERE queue = '$queue'" >/dev/null 2>&1 || true
+    sql -c "SELECT claim.create_queue('$queue')" >/dev/null
+    while (( done_ < n )); do
+        c=$(( n - done_ < FILL_CHUNK ? n - done_ : FILL_CHUNK ))
+        echo "SELECT count(*) FROM claim.enqueue_batch('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g));"
+        done_=$(( done_ + c ))
+    done | sql >/dev/null
+    t1=$(now_s)
+    sql -c "VACUUM ANALYZE" >/dev/null
+    FILL_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    FILL_RATE=$(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN { printf "%.0f", n / (b - a) }')
+    log "  pg_claim: enqueued $n items into '$queue' in ${FILL_SECS}s (${FILL_RATE}/s, enqueue_batch x $FILL_CHUNK) + VACUUM ANALYZE"
+}
+claim_left() { sql -c "SELECT coalesce(sum(ready), 0) FROM claim.queue_stats WHERE queue = '$1'"; }
+
+# --------------------------------------------------------------------------- scripts
+S=$WORK/scripts
+mkdir -p "$S"
+cat >"$S/claim_one.sql" <<'EOF'
+SELECT token FROM claim.claim_next('bench') \gset
+SELECT claim.complete(:token);
+EOF
+# seed 004's claim without its "line in the sand" (`AND id > $2`, which only moves after a rollback
+# and is 0 in steady state): with it the planner prefers the primary key and walks every completed
+# row from the head of the table; without it the claim is an index scan of the partial index.
+cat >"$S/base_one.sql" <<'EOF'
+UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
+ WHERE id = (SELECT id FROM q WHERE status = 'new'
+              ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+ RETURNING id \gset
+UPDATE q SET status = 'complete' WHERE id = :id;
+EOF
+cat >"$S/update_ref.sql" <<'EOF'
+\set id random(1, 100000)
+UPDATE ref SET n = n + 1 WHERE id = :id;
+EOF
+cat >"$S/claim_batch.sql" <<EOF
+SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
+SELECT claim.complete(:tokens::bigint[]);
+EOF
+cat >"$S/base_batch.sql" <<EOF
+WITH c AS (
+  UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
+   WHERE id IN (SELECT id FROM q WHERE status = 'new'
+                 ORDER BY id LIMIT $BATCH FOR UPDATE SKIP LOCKED)
+   RETURNING id)
+SELECT array_agg(id) AS ids FROM c \gset
+UPDATE q SET status = 'complete' WHERE id = ANY(:ids::bigint[]);
+EOF
+cat >"$S/claim_enqueue.sql" <<'EOF'
+SELECT claim.enqueue('bench2', '{"n":1}');
+EOF
+cat >"$S/base_insert.sql" <<'EOF'
+INSERT INTO plain_jobs (payload) VALUES ('{"n":1}');
+EOF
+
+# Reference table for the one-row UPDATE transaction.
+sql <<'EOF'
+CREATE TABLE ref (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+INSERT INTO ref (id) SELECT g FROM generate_series(1, 100000) g;
+VACUUM ANALYZE ref;
+EOF
+
+declare -A R   # results
+T_START=$(now_s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
+
+# one_run SIDE NAME CLIENTS DUR SCRIPT FILLN ITEMS_PER_TXN -> sets TPS; refills and retries once if drained
+one_run() {
+    local side=$1 name=$2 clients=$3 dur=$4 script=$5 filln=$6 left attempt
+    for attempt in 1 2; do
+        if [[ $side == claim ]]; then fill_claim bench "$filln"; else fill_baseline "$filln"; fi
+        R[fill_${name}]=$FILL_SECS
+        settle
+        run_pgbench "$name" "$clients" "$dur" "$script"
+        if [[ $side == claim ]]; then left=$(claim_left bench); else left=$(baseline_left); fi
+        if [[ $left -gt 0 && $ABORTED == 0 ]]; then return 0; fi
+        if [[ $left -le 0 ]]; then
+            log "  $name drained the backlog of $filln; refilling with $((filln * 2)) and running again"
+            filln=$((filln * 2))
+        else
+            [[ $attempt == 2 ]] || log "  $name: client errors; running once more"
+        fi
+    done
+    R[${name}_invalid]=1
+}
+
+# backlog for a run that may do RATE per second for DUR seconds (at least BACKLOG)
+backlog_for() {
+    awk -v r="$1" -v d="$2" -v b="$BACKLOG" 'BEGIN { n = int(r * d * 1.5); print (n > b ? n : b) }'
+}
+
+# --------------------------------------------------------------------------- 1. claim + complete
+log "== 1. claim + complete, one item per call, $CLIENTS clients, backlog >= $BACKLOG"
+one_run base base_one "$CLIENTS" "$DUR" "$S/base_one.sql" "$BACKLOG"
+R[base_one]=$TPS
+if [[ $WITH_EXT == 1 ]]; then
+    one_run claim claim_one "$CLIENTS" "$DUR" "$S/claim_one.sql" "$BACKLOG"
+    R[claim_one]=$TPS
+fi
+settle
+run_pgbench update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
+R[update_ref]=$TPS
+
+# --------------------------------------------------------------------------- 2. pinned xmin
+# Another session opens a REPEATABLE READ transaction, takes its snapshot with a SELECT, then
+# sleeps; its xmin stays pinned for the whole run. The figure is the mean tps of the last
+# $PIN_TAIL seconds, compared with the clean run of workload 1.
+pinned_run() {
+    local side=$1 name=$2 script=$3 filln=$4 xmin i
+    if [[ $side == claim ]]; then fill_claim bench "$filln"; else fill_baseline "$filln"; fi
+    R[fill_${name}]=$FILL_SECS
+    settle
+    PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$OUT/logs/${name}_pinner.log" 2>&1 <<EOF &
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM ref;
+SELECT pg_sleep($PIN_DUR + 30);
+COMMIT;
+EOF
+    PINNER_PID=$!
+    xmin=
+    for i in $(seq 1 100); do
+        xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
+        [[ -n $xmin ]] && break
+        sleep 0.1
+    done
+    [[ -n $xmin ]] || die "pinner session did not take a snapshot"
+    log "  pinner holds xmin $xmin (REPEATABLE READ, pg_sleep)"
+    run_pgbench "$name" "$CLIENTS" "$PIN_DUR" "$script"
+    sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
+    wait "$PINNER_PID" 2>/dev/null || true
+    PINNER_PID=
+    R[$name]=$(series_mean "$OUT/series/$name.dat" $((PIN_DUR - PIN_TAIL)) "$PIN_DUR")
+    R[${name}_first]=$(series_mean "$OUT/series/$name.dat" 0 "$PIN_TAIL")
+    [[ $ABORTED == 1 ]] && R[${name}_invalid]=1
+    log "  $name: first ${PIN_TAIL}s $(fmt "${R[${name}_first]}") tps, last ${PIN_TAIL}s $(fmt "${R[$name]}") tps"
+}
+
+log "== 2. the same with a REPEATABLE READ transaction open for ${PIN_DUR}s (figure: last ${PIN_TAIL}s)"
+pinned_run base base_pinned "$S/base_one.sql" "$(backlog_for "${R[base_one]}" "$PIN_DUR")"
+if [[ $WITH_EXT == 1 ]]; then
+    pinned_run claim claim_pinned "$S/claim_one.sql" "$(backlog_for "${R[claim_one]}" "$PIN_DUR")"
+fi
+
+# per-second data file + PNG
+DAT=$OUT/pinned_xmin.dat
+PNG=$OUT/pinned_xmin.png
+{
+    echo "# second  pg_claim_tps  baseline_tps   (pinned-xmin run, $CLIENTS clients, jobs/s; clean runs: pg_claim ${R[claim_one]:-n/a}, baseline ${R[base_one]})"
+    join -a 1 -a 2 -e NaN -o 0,1.2,2.2 \
+        <(sort -k1,1 "$OUT/series/claim_pinned.dat" 2>/dev/null || true) \
+        <(sort -k1,1 "$OUT/series/base_pinned.dat") | sort -n
+} >"$DAT"
+if command -v gnuplot >/dev/null 2>&1; then
+    term="pngcairo noenhanced size 1000,560 font 'sans,10'"
+    gnuplot -e "set terminal $term" -e "quit" 2>/dev/null || term="png noenhanced size 1000,560"
+    gnuplot <<EOF 2>"$OUT/logs/gnuplot.log" || log "gnuplot failed (see $OUT/logs/gnuplot.log)"
+set terminal $term
+set output '$PNG'
+set title "Jobs/s (claim + complete, $CLIENTS clients) while a REPEATABLE READ transaction pins xmin for ${PIN_DUR} s"
+set xlabel 'seconds into the run'
+set ylabel 'jobs per second'
+set grid
+set key top right box opaque
+set object 1 rect from $((PIN_DUR - PIN_TAIL)),graph 0 to $PIN_DUR,graph 1 fc rgb '#eeeeee' fs solid 0.5 noborder behind
+set label 1 'measured window' at $((PIN_DUR - PIN_TAIL)),graph 0.97 offset 0.5,0
+set yrange [0:*]
+set xrange [0:$PIN_DUR]
+clean_c = ${R[claim_one]:-NaN}
+clean_b = ${R[base_one]}
+plot '$DAT' using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'pg_claim (pinned)', \
+     '$DAT' using 1:3 with lines lw 2 lc rgb '#d62728' title 'SKIP LOCKED baseline (pinned)', \
+     clean_c with lines dt 2 lc rgb '#1f77b4' title 'pg_claim clean run', \
+     clean_b with lines dt 2 lc rgb '#d62728' title 'baseline clean run'
+EOF
+fi
+
+# --------------------------------------------------------------------------- 3. batched
+log "== 3. batched: claim $BATCH + complete(array), $BATCH_CLIENTS clients"
+# Size the backlog so a 4-client run cannot drain it (a drained run is refilled and repeated).
+BATCH_BACKLOG=$(backlog_for 200000 "$DUR")
+one_run base base_batch "$BATCH_CLIENTS" "$DUR" "$S/base_batch.sql" "$BATCH_BACKLOG"
+R[base_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
+if [[ $WITH_EXT == 1 ]]; then
+    one_run claim claim_batch "$BATCH_CLIENTS" "$DUR" "$S/claim_batch.sql" \
+        "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { print r * 2.5 }')" "$DUR")"
+    R[claim_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
+fi
+
+# --------------------------------------------------------------------------- 4. enqueue
+log "== 4. enqueue, one per transaction, $CLIENTS clients"
+sql <<'EOF'
+DROP TABLE IF EXISTS plain_jobs;
+CREATE TABLE plain_jobs (
+    id          bigserial PRIMARY KEY,
+    payload     jsonb NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    status      text NOT NULL DEFAULT 'new'
+);
+EOF
+settle
+run_pgbench base_insert "$CLIENTS" "$DUR" "$S/base_insert.sql"
+R[base_insert]=$TPS
+[[ $ABORTED == 1 ]] && R[base_insert_invalid]=1
+if [[ $WITH_EXT == 1 ]]; then
+    sql -c "SELECT claim.create_queue('bench2')" >/dev/null
+    settle
+    run_pgbench claim_enqueue "$CLIENTS" "$DUR" "$S/claim_enqueue.sql"
+    R[claim_enqueue]=$TPS
+    [[ $ABORTED == 1 ]] && R[claim_enqueue_invalid]=1
+fi
+
+# --------------------------------------------------------------------------- summary
+T_END=$(now_s)
+ELAPSED=$(awk -v a="$T_START" -v b="$T_END" 'BEGIN { printf "%.0f", b - a }')
+
+row() { # workload claim base ratio target met
+    printf '| %-44s | %-18s | %-18s | %-12s | %-16s | %-4s |\n' "$@"
+}
+verdict() { # value op threshold invalid
+    if [[ $4 == 1 ]]; then echo "INVALID"; return; fi
+    awk -v v="$1" -v t="$3" 'BEGIN { if (v == "nan" || v == "") print "n/a"; else print (v >= t ? "yes" : "NO") }'
+}
+ratio_row() { # label claimkey basekey target unit
+    local c=${R[$2]:-} b=${R[$3]:-} r met inv=0
+    [[ -n ${R[${2}_invalid]:-} || -n ${R[${3}_invalid]:-} ]] && inv=1
+    if [[ -n $c ]]; then r=$(fdiv "$c" "$b"); met=$(verdict "$r" ge "$4" "$inv"); else r=n/a; met=n/a; fi
+    row "$1" "$(fmt "$c") $5" "$(fmt "$b") $5" "${r}x" ">= ${4}x" "$met"
+}
+
+{
+    echo "pg_claim bench  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $GIT_REV  $(nproc) cores"
+    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS, ${DUR}s windows, pinned run ${PIN_DUR}s (last ${PIN_TAIL}s)"
+    echo "backlog >= $BACKLOG items at the start of each run (fresh table/queue per run, VACUUM ANALYZE, CHECKPOINT)"
+    echo "baseline: seed 004 SKIP LOCKED queue, table q(id bigserial PK, status text, process_id text, payload jsonb, created_at), partial index q(id) WHERE status='new'"
+    [[ $WITH_EXT == 1 ]] || echo "pg_claim not installed: baselines only"
+    echo
+    row "workload" "pg_claim" "baseline" "ratio" "target" "met?"
+    row "--------------------------------------------" "------------------" "------------------" "------------" "----------------" "----"
+    ratio_row "1. claim+complete, 1/call, $CLIENTS clients" claim_one base_one 2.0 "jobs/s"
+    # pinned row: ratio = pg_claim pinned / pg_claim clean
+    pc=${R[claim_pinned]:-}; pb=${R[base_pinned]:-}
+    kb=$(fdiv "$pb" "${R[base_one]}")
+    if [[ -n $pc ]]; then
+        kc=$(fdiv "$pc" "${R[claim_one]}")
+        inv=0; [[ -n ${R[claim_pinned_invalid]:-} ]] && inv=1
+        row "2. pinned xmin ${PIN_DUR}s, last ${PIN_TAIL}s (vs clean)" \
+            "$(fmt "$pc") ($(awk -v k="$kc" 'BEGIN{printf "%.0f", k*100}')%)" \
+            "$(fmt "$pb") ($(awk -v k="$kb" 'BEGIN{printf "%.0f", k*100}')%)" \
+            "${kc} of clean" ">= 0.70 of clean" "$(verdict "$kc" ge 0.70 "$inv")"
+    else
+        row "2. pinned xmin ${PIN_DUR}s, last ${PIN_TAIL}s (vs clean)" "n/a" \
+            "$(fmt "$pb") ($(awk -v k="$kb" 'BEGIN{printf "%.0f", k*100}')%)" "n/a" ">= 0.70 of clean" "n/a"
+    fi
+    ratio_row "3. batched $BATCH, $BATCH_CLIENTS clients" claim_batch base_batch 1.5 "items/s"
+    ratio_row "4. enqueue, 1/txn, $CLIENTS clients" claim_enqueue base_insert 0.8 "items/s"
+    echo
+    echo "reference: one-row UPDATE per transaction, $CLIENTS clients: $(fmt "${R[update_ref]}") tps"
+    [[ -n $pc ]] && echo "pinned run, pg_claim vs baseline over the last ${PIN_TAIL}s: $(fdiv "$pc" "$pb")x"
+    echo "pinned run, first ${PIN_TAIL}s: pg_claim $(fmt "${R[claim_pinned_first]:-}"), baseline $(fmt "${R[base_pinned_first]}") jobs/s"
+    fills="fill times (s):"
+    for k in "${!R[@]}"; do [[ $k == fill_* ]] && fills+=" ${k#fill_}=${R[$k]}"; done
+    echo "$fills"
+    echo "pinned-xmin plot: $PNG (data $DAT)"
+    echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews both sides alike)"
+    echo "logs: $OUT/logs, per-second series: $OUT/series; bench wall time ${ELAPSED}s"
+} | tee "$OUT/summary.txt"
