@@ -163,5 +163,26 @@ my $after = $node->safe_psql('postgres',
 	q{SELECT max(token) FROM claim.claim_next('crashq', n => 2)});
 cmp_ok($after, '>', $ctoken3, 'after a second crash, tokens are still higher');
 
+# Asynchronous commit: the claims' commits do not flush WAL, and the WAL
+# writer is slowed down so it does not flush either. Many claims cross several
+# of the sequence's cached-value batches; then crash at once. Tokens handed
+# out before the crash must still never come back.
+$node->append_conf('postgresql.conf', "wal_writer_delay = '10s'\n");
+$node->restart;
+$node->safe_psql('postgres', q{SELECT claim.create_queue('asyncq')});
+$node->safe_psql('postgres',
+	q{SELECT claim.enqueue('asyncq', jsonb_build_object('n', g)) FROM generate_series(1, 100) g});
+my $claims_sql = "SET synchronous_commit = off;\n"
+  . "SELECT token FROM claim.claim_next('asyncq', lease => '1 hour');\n" x 100;
+my @async_tokens = split /\n/, $node->safe_psql('postgres', $claims_sql);
+is(scalar(@async_tokens), 100, '100 claims with synchronous_commit = off');
+my ($async_max) = sort { $b <=> $a } @async_tokens;
+$node->stop('immediate');
+$node->start;
+my $async_after = $node->safe_psql('postgres',
+	q{SELECT min(token) FROM claim.claim_next('asyncq', n => 100, lease => '1 hour')});
+cmp_ok($async_after, '>', $async_max,
+	'after a crash that followed asynchronous commits, every new token is higher');
+
 $node->stop;
 done_testing();
