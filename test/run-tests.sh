@@ -27,7 +27,9 @@
 #
 # Environment:
 #   PGCLAIM_USER           OS user that runs the servers   (default pgclaim)
-#   PGCLAIM_LAYER_TIMEOUT  seconds per layer               (default 300)
+#   PGCLAIM_LAYER_TIMEOUT  seconds per layer at most       (default 300)
+#   PGCLAIM_TIME_BUDGET    seconds for all layers together (default 600; a
+#                          layer gets what is left, at most the layer timeout)
 #   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
 #   PGCLAIM_LAYERS         layers to run, space-separated  (default: all)
 #   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
@@ -38,7 +40,8 @@ PG_BIN=/usr/lib/postgresql/15/bin
 PG_CONFIG="$PG_BIN/pg_config"
 PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
-LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-300}"
+MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-300}"
+TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-600}"
 LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit})
 
 declare -A PASSED FAILED NOTE
@@ -202,7 +205,8 @@ run_pg_regress_layer() {
     record "$layer" $((R_OK + R_IGN)) "$R_FAIL" "$ign_note"
     for n in "${R_FAILED_NAMES[@]}"; do FAILED_NAMES+=("$layer/$n"); done
     if (( rc == 124 || rc == 137 )); then
-        record "$layer" 0 1 "timed out after ${LAYER_TIMEOUT}s"
+        # the tests that had no result yet are already counted as failed
+        record "$layer" 0 $(( R_FAIL == 0 ? 1 : 0 )) "timed out after ${LAYER_TIMEOUT}s"
         FAILED_NAMES+=("$layer (timeout)")
     elif (( rc != 0 && R_FAIL == 0 )); then
         record "$layer" 0 1 "runner failed (exit $rc) without a failing test"
@@ -233,11 +237,19 @@ run_tap_layer() {
     # The environment pgxs.mk's prove_installcheck sets, adapted to this layout:
     # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check, Cluster.pm needs
     # PG_REGRESS (for --config-auth) and the server binaries in PATH.
+    local tap_start=$SECONDS left
     for f in "${files[@]}"; do
         local name; name=$(basename "$f")
         log="$LOGS/tap-$name.log"
         echo "--- $name"
-        (cd "$TREE/test" && as_user timeout -k 10 "$LAYER_TIMEOUT" env \
+        left=$(( LAYER_TIMEOUT - (SECONDS - tap_start) ))
+        if (( left < 5 )); then
+            echo "layer time used up: $name not run"
+            record tap 0 1 "$name not run (time)"
+            FAILED_NAMES+=("tap/$name (not run)")
+            continue
+        fi
+        (cd "$TREE/test" && as_user timeout -k 10 "$left" env \
             TESTDIR="$TREE/test" \
             PG_REGRESS="$PGXS_SRC/test/regress/pg_regress" \
             PGXS="$PGXS_SRC/makefiles/pgxs.mk" \
@@ -269,6 +281,7 @@ run_tap_layer() {
 
 run_unit_layer() {
     local build="$TREE/build/cmake" log="$LOGS/unit.log" blog="$LOGS/unit-build.log" rc line
+    local unit_start=$SECONDS
     # Configure and build everything (core library, unit tests, the extension
     # module, bench tools); keep going past errors so the unit tests still run
     # when only another target is broken. A failed build counts as one failure.
@@ -292,7 +305,9 @@ run_unit_layer() {
         echo "pgclaim_unit was not built; unit tests not run"
         return
     fi
-    (cd "$TREE" && as_user timeout -k 10 "$LAYER_TIMEOUT" \
+    local left=$(( LAYER_TIMEOUT - (SECONDS - unit_start) ))
+    (( left < 5 )) && left=5
+    (cd "$TREE" && as_user timeout -k 10 "$left" \
         ctest --test-dir "$build" --output-on-failure --timeout 60 -j2) 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     # "100% tests passed, 0 tests failed out of 12"
@@ -312,9 +327,18 @@ run_unit_layer() {
     fi
 }
 
+LAYERS_START=$SECONDS
 for layer in "${LAYERS[@]}"; do
     t0=$SECONDS
     banner "$layer"
+    LAYER_TIMEOUT=$(( TIME_BUDGET - (SECONDS - LAYERS_START) ))
+    (( LAYER_TIMEOUT > MAX_LAYER_TIMEOUT )) && LAYER_TIMEOUT=$MAX_LAYER_TIMEOUT
+    if (( LAYER_TIMEOUT < 10 )); then
+        echo "time budget of ${TIME_BUDGET}s used up: $layer not run"
+        record "$layer" 0 1 "not run: time budget used up"
+        FAILED_NAMES+=("$layer (not run)")
+        continue
+    fi
     case "$layer" in
         regress)   run_pg_regress_layer regress ISOLATION . ;;
         isolation) run_pg_regress_layer isolation REGRESS output_iso ;;
