@@ -13,6 +13,7 @@
 //  * after taking the lock every check reads the latest committed state.
 #include "api/hints.hpp"
 #include "api/shared.hpp"
+#include "worker/wakeup.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -246,23 +247,17 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     int claimed = 0;
     bool first_page = true;
     TimestampTz lease_until = now + lease_us;
+    bool hint_done = false, hint_have = false;
+    ScanPos hint_pos = pos;
+    int64 claims_end = PG_INT64_MAX;
+    int64 walk = 0;
+    TimestampTz t0 = GetCurrentTimestamp();
 
     for (;;) {
         Datum v[4] = {Int32GetDatum(q.queue_id), Int64GetDatum(page), Int32GetDatum(pos.ord),
                       Int64GetDatum(pos.id)};
-        TimestampTz t0 = GetCurrentTimestamp();
         uint64 rows = pg::run(first_page ? (from_head ? s_scan_head : s_scan_from) : s_scan_after,
                               v, nullptr);
-        if (first_page) {
-            int64_t walk = GetCurrentTimestamp() - t0;
-            bool have = rows > 0;
-            ScanPos first = have ? ScanPos{pg::col_int32(0, 2), pg::col_int64(0, 1)} : pos;
-            pg::pure([&] {
-                api::hints().record(q.queue_id, from_head,
-                                    have ? std::optional<ScanPos>(first) : std::nullopt, walk,
-                                    now);
-            });
-        }
 
         int ncand = 0, ndead = 0;
         for (uint64 r = 0; r < rows; ++r) {
@@ -271,6 +266,18 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             pos = ScanPos{pg::col_int32(r, 2), id};
             Datum gk = pg::col(r, 3, &group_null);
             TimestampTz lu = DatumGetTimestampTz(pg::col(r, 4, &lease_null));
+            if (!hint_done) {
+                // The next scan may start at the first item that is not under
+                // a live claim; the claims passed over bound how long.
+                hint_pos = pos;
+                hint_have = true;
+                if (!lease_null && lu > now) {
+                    if (lu < claims_end) claims_end = lu;
+                } else {
+                    hint_done = true;
+                    walk = GetCurrentTimestamp() - t0;  // what reaching it cost
+                }
+            }
             if (!lease_null && lu > now) continue;  // live claim
             if (!lease_null && pg::col_int32(r, 5) >= q.max_attempts) {
                 if (pg::lock_item(id, false)) dead[ndead++] = id;
@@ -328,6 +335,12 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         }
         CHECK_FOR_INTERRUPTS();
     }
+    if (!hint_done) walk = GetCurrentTimestamp() - t0;
+    pg::pure([&] {
+        api::hints().record(q.queue_id, from_head,
+                            hint_have ? std::optional<ScanPos>(hint_pos) : std::nullopt, walk,
+                            now, claims_end);
+    });
     if (claimed > 0) pg::flush_token_wal();
     return claimed;
 }
@@ -362,13 +375,8 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
             break;
         TimestampTz now = pg::clock_now();
         if (now >= deadline) break;
-        // Without the background worker's wake-ups: a short nap, then look again.
-        long ms = (long)((deadline - now + 999) / 1000);
-        if (ms > 50) ms = 50;
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
-                        PG_WAIT_EXTENSION);
-        ResetLatch(MyLatch);
-        CHECK_FOR_INTERRUPTS();
+        worker::wait_for(worker::WaitKind::Queue, q.queue_id,
+                         (long)((deadline - now + 999) / 1000));
     }
     SPI_finish();
     return (Datum)0;
@@ -494,6 +502,8 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     uint64 n = pg::run(s_release, v, nullptr);
     if (n == 0) refuse(token);
     SPI_finish();
+    // The item is ready again behind where this backend's scans start.
+    pg::pure([&] { api::hints().forget_all(); });
     PG_RETURN_INT32((int32)n);
 }
 

@@ -16,22 +16,27 @@ std::optional<ScanPos> ScanHints::start(int32_t queue_id, int64_t now_us) const 
     const Hint &h = it->second;
     if (now_us < h.head_walk_at_us) return std::nullopt;  // clock went back
     if (now_us - h.head_walk_at_us > validity_us(h.head_walk_cost_us)) return std::nullopt;
+    if (now_us >= h.expires_us) return std::nullopt;
     return h.pos;
 }
 
 void ScanHints::record(int32_t queue_id, bool from_head, std::optional<ScanPos> first,
-                       int64_t walk_us, int64_t now_us) {
+                       int64_t walk_us, int64_t now_us, int64_t claims_end_us) {
     if (from_head) {
         if (!first) {
             hints_.erase(queue_id);  // empty queue: nothing to remember
             return;
         }
-        hints_[queue_id] = Hint{*first, now_us, walk_us < 0 ? 0 : walk_us};
+        hints_[queue_id] = Hint{*first, now_us, walk_us < 0 ? 0 : walk_us, claims_end_us};
         return;
     }
     auto it = hints_.find(queue_id);
     if (it == hints_.end()) return;
-    if (first) it->second.pos = *first;  // moves forward only: scans start at pos
+    if (first) {
+        // Moves forward only: the scan started at pos.
+        it->second.pos = *first;
+        if (claims_end_us < it->second.expires_us) it->second.expires_us = claims_end_us;
+    }
 }
 
 }  // namespace pgclaim

@@ -8,8 +8,10 @@
 // therefore remembers, per queue, the position (ord, id) of the first item its
 // last scan saw, and starts the next scan there.
 //
-// Every item before that position was finished (deleted or dead) when it was
-// seen, except one that became visible later: a producer that committed late,
+// Every item before that position was finished (deleted or dead) or held
+// under a live claim when it was seen. A claim passed over comes back when
+// its lease ends: the position is valid only until the earliest such lease
+// end. Items may also become visible before the position later: a producer that committed late,
 // an enqueue with a higher priority, a redriven or promoted item. Those are
 // never lost: the position is forgotten after a validity period and the scan
 // starts from the head again. The period adapts to what a walk from the head
@@ -39,10 +41,12 @@ public:
     std::optional<ScanPos> start(int32_t queue_id, int64_t now_us) const;
 
     // After a scan: `from_head` tells where it started, `first` is the first
-    // visible item it met (nothing if none), `walk_us` how long the first
-    // fetch took.
+    // visible item it met that was not under a live claim (or the last one
+    // it met, if all were), `walk_us` how long the first fetch took, and
+    // `claims_end_us` the earliest lease end among the claimed items it
+    // passed before `first` (INT64_MAX if none).
     void record(int32_t queue_id, bool from_head, std::optional<ScanPos> first, int64_t walk_us,
-                int64_t now_us);
+                int64_t now_us, int64_t claims_end_us = INT64_MAX);
 
     // Something may have appeared before the position (this backend redrove,
     // released or promoted items): next scan starts at the head.
@@ -56,6 +60,7 @@ private:
         ScanPos pos;
         int64_t head_walk_at_us;  // when the scan last started at the head
         int64_t head_walk_cost_us;
+        int64_t expires_us;  // earliest lease end passed over
     };
     std::unordered_map<int32_t, Hint> hints_;
 };

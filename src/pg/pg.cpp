@@ -101,7 +101,9 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
     // free it so that long waits do not accumulate result sets.
     if (SPI_tuptable != nullptr) SPI_freetuptable(SPI_tuptable);
     if (s.plan == nullptr) {
-        SPIPlanPtr p = SPI_prepare(s.sql, s.nargs, s.types);
+        // Generic plans: the statements are short and run constantly; planning
+        // them again for each call would cost more than any custom plan gains.
+        SPIPlanPtr p = SPI_prepare_cursor(s.sql, s.nargs, s.types, CURSOR_OPT_GENERIC_PLAN);
         if (p == nullptr)
             elog(ERROR, "pg_claim: SPI_prepare failed (%s) for: %s",
                  SPI_result_code_string(SPI_result), s.sql);
