@@ -128,7 +128,7 @@ Stmt s_fail = {
     "  run_at = CASE WHEN u.dead OR u.delay = 0 THEN NULL"
     "                ELSE $6 + u.delay * interval '1 microsecond' END,"
     "  died_at = CASE WHEN u.dead THEN $6 END "
-    "FROM c JOIN u ON u.id = c.item_id WHERE i.id = c.item_id",
+    "FROM c JOIN u ON u.id = c.item_id WHERE i.id = c.item_id RETURNING i.queue_id, i.run_at IS NULL AND i.state = 'r'",
     6, {INT8OID, INT8ARRAYOID, INT8ARRAYOID, BOOLARRAYOID, TEXTOID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_extend = {
@@ -139,7 +139,7 @@ Stmt s_extend = {
 
 Stmt s_release = {
     "UPDATE claim.claims SET lease_until = '-infinity', attempt = attempt - 1 "
-    "WHERE token = $1 AND lease_until > $2",
+    "WHERE token = $1 AND lease_until > $2 RETURNING queue_id",
     2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_live_count = {
@@ -471,6 +471,13 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
                    TimestampTzGetDatum(now)};
     char fn[7] = {' ', ' ', ' ', ' ', PG_ARGISNULL(1) ? 'n' : ' ', ' ', '\0'};
     uint64 done = pg::run(s_fail, fv, fn);
+    for (uint64 i = 0; i < done; ++i) {
+        bool isnull;
+        if (DatumGetBool(pg::col(i, 2, &isnull))) {
+            worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(i, 1));
+            break;
+        }
+    }
     SPI_finish();
     PG_RETURN_INT32((int32)done);
 }
@@ -501,6 +508,7 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     uint64 n = pg::run(s_release, v, nullptr);
     if (n == 0) refuse(token);
+    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1));
     SPI_finish();
     // The item is ready again behind where this backend's scans start.
     pg::pure([&] { api::hints().forget_all(); });

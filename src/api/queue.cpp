@@ -2,6 +2,7 @@
 //   claim.create_queue, claim.drop_queue, claim.enqueue, claim.enqueue_batch,
 //   claim.redrive
 #include "api/shared.hpp"
+#include "worker/wakeup.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
@@ -20,14 +21,14 @@ Stmt s_drop_claims = {"DELETE FROM claim.claims WHERE queue_id = $1", 1, {INT4OI
 Stmt s_enqueue = {
     "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
     "SELECT q.queue_id, $2, $3, $4, $5, $6 FROM claim.queues q WHERE q.name = $1 "
-    "RETURNING id",
+    "RETURNING id, queue_id",
     6, {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}, nullptr};
 
 Stmt s_enqueue_dedup = {
     "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
     "SELECT q.queue_id, $2, $3, $4, $5, $6 FROM claim.queues q WHERE q.name = $1 "
     "ON CONFLICT (queue_id, dedup_key) WHERE dedup_key IS NOT NULL AND state = 'r' DO NOTHING "
-    "RETURNING id",
+    "RETURNING id, queue_id",
     6, {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}, nullptr};
 
 Stmt s_find_dedup = {
@@ -39,7 +40,7 @@ Stmt s_enqueue_batch = {
     "INSERT INTO claim.items (queue_id, priority, run_at, group_key, payload) "
     "SELECT q.queue_id, $2, $3, u.k, u.v "
     "FROM claim.queues q, unnest($4::jsonb[], $5::text[]) WITH ORDINALITY AS u(v, k, n) "
-    "WHERE q.name = $1 ORDER BY u.n RETURNING id",
+    "WHERE q.name = $1 ORDER BY u.n RETURNING id, queue_id",
     5, {TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBARRAYOID, TEXTARRAYOID}, nullptr};
 
 Stmt s_redrive = {
@@ -161,6 +162,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     if (PG_ARGISNULL(5)) {
         if (pg::run(s_enqueue, v, nulls) == 0) api::unknown_queue(name);
         id = pg::col_int64(0, 1);
+        if (nulls[2] == 'n') worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
     } else {
         // Insert unless an unfinished item has the key; then return that one.
         // The item found may finish in between: try again (bounded).
@@ -168,6 +170,8 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         for (int round = 0; round < 100 && !done; ++round) {
             if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
                 id = pg::col_int64(0, 1);
+                if (nulls[2] == 'n')
+                    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
                 done = true;
                 break;
             }
@@ -225,6 +229,8 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     SPI_connect();
     uint64 n = pg::run(s_enqueue_batch, v, nulls);
     if (n == 0) require_queue_exists(name);
+    if (n > 0 && nulls[2] == 'n')
+        worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
     for (uint64 i = 0; i < n; ++i) {
         Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
         bool isnull[1] = {false};
@@ -246,6 +252,9 @@ PGCLAIM_FUNCTION(pgclaim_redrive) {
     int32 n = pg::col_int32(0, 1);
     int32 qid = pg::col_int32(0, 2);
     SPI_finish();
-    if (n > 0) api::forget_hints(qid);
+    if (n > 0) {
+        api::forget_hints(qid);
+        worker::notify_ready(worker::WaitKind::Queue, qid);
+    }
     PG_RETURN_INT32(n);
 }
