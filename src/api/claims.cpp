@@ -420,10 +420,19 @@ PGCLAIM_FUNCTION(pgclaim_complete_many) {
     int32 nstale = pg::col_int32(0, 3);
     if (nstale > 0 && !skip_stale) {
         bool isnull;
-        char *list = TextDatumGetCString(
-            DirectFunctionCall1(array_out, pg::col(0, 2, &isnull)));
+        ArrayType *arr = DatumGetArrayTypeP(pg::col(0, 2, &isnull));
+        Datum *elems;
+        int nelems;
+        deconstruct_array(arr, INT8OID, 8, true, TYPALIGN_DOUBLE, &elems, NULL, &nelems);
+        char list[400];
+        size_t used = 0;
+        list[0] = '\0';
+        for (int i = 0; i < nelems && used < sizeof list - 24; ++i)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "",
+                                     (long long)DatumGetInt64(elems[i]));
         char msg[128], detail[512];
-        snprintf(msg, sizeof msg, "%d of the tokens are not live claims", nstale);
+        snprintf(msg, sizeof msg, "%d of the tokens %s not a live claim", nstale,
+                 nstale == 1 ? "is" : "are");
         snprintf(detail, sizeof detail, "Stale tokens%s: %s", nstale > 20 ? " (first 20)" : "",
                  list);
         pg::error(sqlstate::kStaleToken, msg,

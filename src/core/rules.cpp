@@ -35,8 +35,13 @@ void check_queue_name(std::string_view name) {
 }
 
 static std::string describe_us(int64_t us) {
-    if (us % (3600 * kUsecPerSec) == 0) return std::to_string(us / (3600 * kUsecPerSec)) + " hours";
-    if (us % kUsecPerSec == 0) return std::to_string(us / kUsecPerSec) + " seconds";
+    auto unit = [](int64_t n, const char *one, const char *many) {
+        return std::to_string(n) + " " + (n == 1 ? one : many);
+    };
+    const int64_t hour = 3600 * kUsecPerSec;
+    if (us % (24 * hour) == 0) return unit(us / (24 * hour), "day", "days");
+    if (us % hour == 0) return unit(us / hour, "hour", "hours");
+    if (us % kUsecPerSec == 0) return unit(us / kUsecPerSec, "second", "seconds");
     return std::to_string(us) + " microseconds";
 }
 
