@@ -1,0 +1,70 @@
+// Unit tests for src/core/scan_hint: where a claim scan starts.
+#include <gtest/gtest.h>
+
+#include "core/scan_hint.hpp"
+
+using namespace pgclaim;
+
+TEST(ScanHints, NothingKnownStartsAtHead) {
+    ScanHints h;
+    EXPECT_FALSE(h.start(1, 1000).has_value());
+}
+
+TEST(ScanHints, HeadScanSetsPosition) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 42}, 100, 1000);
+    auto s = h.start(1, 1001);
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(*s, (ScanPos{0, 42}));
+    EXPECT_FALSE(h.start(2, 1001).has_value());  // per queue
+}
+
+TEST(ScanHints, EmptyQueueForgets) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 42}, 100, 1000);
+    h.record(1, true, std::nullopt, 100, 2000);
+    EXPECT_FALSE(h.start(1, 2001).has_value());
+}
+
+TEST(ScanHints, ValidityFollowsWalkCost) {
+    EXPECT_EQ(ScanHints::validity_us(0), ScanHints::kMinValidUs);
+    EXPECT_EQ(ScanHints::validity_us(10'000), 200'000);
+    EXPECT_EQ(ScanHints::validity_us(1'000'000'000), ScanHints::kMaxValidUs);
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 5}, 10'000, 0);  // a 10 ms walk: valid 200 ms
+    EXPECT_TRUE(h.start(1, 199'000).has_value());
+    EXPECT_FALSE(h.start(1, 200'001).has_value());
+}
+
+TEST(ScanHints, ExpiresAtEarliestPassedLease) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 9}, 1'000'000, 0, 5'000);  // a claim passed ends at 5 ms
+    EXPECT_TRUE(h.start(1, 4'999).has_value());
+    EXPECT_FALSE(h.start(1, 5'000).has_value());
+}
+
+TEST(ScanHints, LaterScansMoveForwardKeepingExpiry) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 9}, 1'000'000, 0, 900'000);
+    h.record(1, false, ScanPos{0, 20}, 5, 10, 400'000);
+    auto s = h.start(1, 11);
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->id, 20);
+    EXPECT_FALSE(h.start(1, 400'000).has_value());  // earliest lease end wins
+    // a scan from the position that met nothing keeps the position
+    ScanHints g;
+    g.record(3, true, ScanPos{1, 7}, 1'000'000, 0);
+    g.record(3, false, std::nullopt, 5, 10);
+    EXPECT_EQ(g.start(3, 11)->id, 7);
+}
+
+TEST(ScanHints, ForgetAndClockGoingBack) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 9}, 1'000'000, 1'000);
+    EXPECT_FALSE(h.start(1, 999).has_value());  // clock went back: start at head
+    h.forget(1);
+    EXPECT_FALSE(h.start(1, 1'001).has_value());
+    h.record(2, true, ScanPos{0, 9}, 1'000'000, 1'000);
+    h.forget_all();
+    EXPECT_FALSE(h.start(2, 1'001).has_value());
+}
