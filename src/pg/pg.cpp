@@ -20,6 +20,7 @@ namespace {
 // field4 values of our advisory-lock space (pg_advisory_* uses 1 and 2).
 constexpr uint16 kLockItem = 0x5043;   // "PC"
 constexpr uint16 kLockQueue = 0x5044;
+constexpr uint16 kLockLease = 0x5046;
 
 void copy(char *dst, size_t size, const char *src) noexcept {
     if (!src) {
@@ -151,6 +152,18 @@ void lock_queue_name(const char *name, bool exclusive) {
     uint32 h = hash_bytes((const unsigned char *)name, (int)strlen(name));
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, h, 0, kLockQueue);
     (void)LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
+}
+
+bool lock_lease(uint64 key, bool wait) {
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
+    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void unlock_lease(uint64 key) {
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
+    (void)LockRelease(&tag, ExclusiveLock, false);
 }
 
 void flush_token_wal() {

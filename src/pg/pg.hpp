@@ -112,6 +112,11 @@ bool lock_item(int64_t item_id, bool wait);
 void unlock_item(int64_t item_id);
 // Lock a queue by name: producers share, drop_queue is exclusive.
 void lock_queue_name(const char *name, bool exclusive);
+// Lock a lease slot by a 64-bit key (a hash of name and slot): acquirers
+// try (skip when busy), lease_assert waits and keeps it until the
+// transaction ends.
+bool lock_lease(uint64 key, bool wait);
+void unlock_lease(uint64 key);
 
 // --- tokens ---------------------------------------------------------------
 // Make sure the WAL record that covers every token handed out so far is on

@@ -1,0 +1,295 @@
+// SQL surface: named leases and counting semaphores.
+//   claim.lease_acquire, claim.lease_renew, claim.lease_release,
+//   claim.lease_assert (the view claim.leases is plain SQL)
+//
+// Concurrency model (docs/leases.md):
+//  * a lease named N with `permits` slots has one row per granted slot in
+//    claim.lease_holders; a slot is held while expires_at is in the future
+//    (server clock). The table is logged: leases survive a restart;
+//  * a slot is granted under a transaction-level lock on (N, slot)
+//    (pg::lock_lease, a 64-bit hash of both). Acquirers only *try* it and
+//    skip busy slots, so they never wait for each other; they keep it until
+//    their transaction ends, so an uncommitted grant is not granted twice;
+//  * lease_assert waits for that lock and keeps it until the caller's
+//    transaction ends: no acquirer can grant the slot meanwhile, even when
+//    the holder's lease runs out. A paused holder cannot commit writes that
+//    it guarded with lease_assert after someone else took over;
+//  * renew and release change the holder's row by (N, token) without that
+//    lock: a concurrent grant of the slot replaces the token, and UPDATE and
+//    DELETE re-check their condition on the latest row version;
+//  * every check reads the latest committed state (pg::run).
+#include "api/shared.hpp"
+#include "core/lease_rules.hpp"
+#include "worker/wakeup.hpp"
+
+#include <string_view>
+
+extern "C" {
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+}
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+
+namespace {
+
+// While a slot that looked free is locked by another transaction (a grant
+// not yet committed, or a lease_assert), look again this often: such a
+// transaction can end without waking anyone.
+constexpr int64_t kBusyPollUs = 100 * 1000;
+constexpr int kMaxHolderBytes = 1024;
+
+Stmt s_holders = {"SELECT slot, permits, expires_at FROM claim.lease_holders WHERE name = $1", 1,
+                  {TEXTOID}, nullptr};
+
+// Grant `slot` if it is free (no row, or its holder expired). Runs under the
+// slot's lock, so no other grant of the slot is in flight.
+Stmt s_grant = {
+    "INSERT INTO claim.lease_holders AS h"
+    "  (name, slot, token, holder, permits, acquired_at, expires_at) "
+    "VALUES ($1, $2, pg_catalog.nextval('claim.token_seq'), $3, $4, $5, $6) "
+    "ON CONFLICT (name, slot) DO UPDATE"
+    "  SET token = EXCLUDED.token, holder = EXCLUDED.holder, permits = EXCLUDED.permits,"
+    "      acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at"
+    "  WHERE h.expires_at <= EXCLUDED.acquired_at "
+    "RETURNING h.token",
+    6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
+
+Stmt s_renew = {
+    "UPDATE claim.lease_holders SET expires_at = $3 "
+    "WHERE name = $1 AND token = $2 AND expires_at > $4 RETURNING expires_at",
+    4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
+
+// Removes the row of the token, live or expired; says whether it was live.
+Stmt s_release = {
+    "DELETE FROM claim.lease_holders WHERE name = $1 AND token = $2 RETURNING expires_at > $3", 3,
+    {TEXTOID, INT8OID, TIMESTAMPTZOID}, nullptr};
+
+Stmt s_find = {"SELECT slot FROM claim.lease_holders WHERE name = $1 AND token = $2", 2,
+               {TEXTOID, INT8OID}, nullptr};
+
+Stmt s_live_at = {
+    "SELECT 1 FROM claim.lease_holders WHERE name = $1 AND slot = $2 AND token = $3"
+    "  AND expires_at > $4",
+    4, {TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
+
+Stmt s_why = {"SELECT expires_at FROM claim.lease_holders WHERE name = $1 AND token = $2", 2,
+              {TEXTOID, INT8OID}, nullptr};
+
+// The name argument, checked.
+struct NameArg {
+    text *t;
+    const char *data;
+    int len;
+    char *shown;  // for messages: clipped to whole characters
+};
+
+NameArg name_arg(FunctionCallInfo fcinfo, int argno) {
+    NameArg n;
+    n.t = PG_GETARG_TEXT_PP(argno);
+    n.data = VARDATA_ANY(n.t);
+    n.len = (int)VARSIZE_ANY_EXHDR(n.t);
+    const char *d = n.data;
+    int len = n.len;
+    pg::pure([&] { check_lease_name(std::string_view(d, (size_t)len)); });
+    constexpr int kShown = 200;
+    if (n.len <= kShown) {
+        n.shown = pnstrdup(n.data, n.len);
+    } else {
+        int cut = pg_mbcliplen(n.data, n.len, kShown);
+        n.shown = (char *)palloc(cut + 4);
+        memcpy(n.shown, n.data, cut);
+        memcpy(n.shown + cut, "...", 4);
+    }
+    return n;
+}
+
+// Key of the wake-ups for a lease, and of the lock on one of its slots.
+uint64 wake_key(const NameArg &n) {
+    return hash_bytes_extended((const unsigned char *)n.data, n.len, 0);
+}
+uint64 slot_key(const NameArg &n, int32 slot) {
+    return hash_bytes_extended((const unsigned char *)n.data, n.len, (uint64)slot + 1);
+}
+
+int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
+    int64_t us = pg::interval_us(PG_GETARG_INTERVAL_P(argno), "ttl");
+    pg::pure([&] { check_positive_duration("ttl", us, kMaxLeaseTtlUs); });
+    return us;
+}
+
+// PC001 for a token that does not hold the lease (SPI connected).
+[[noreturn]] void refuse(const NameArg &n, int64 token, TimestampTz now) {
+    Datum v[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
+    char detail[200];
+    if (pg::run(s_why, v, nullptr) == 0) {
+        snprintf(detail, sizeof detail,
+                 "No holder of this lease carries the token: it is unknown, was released, or its "
+                 "slot was granted again.");
+    } else {
+        bool isnull;
+        TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
+        if (until > now)  // renewed or granted in between: say so rather than guess
+            snprintf(detail, sizeof detail, "The lease changed while this call ran.");
+        else
+            snprintf(detail, sizeof detail, "The lease expired at %s.", timestamptz_to_str(until));
+    }
+    char msg[320];
+    snprintf(msg, sizeof msg, "token %lld does not hold lease \"%s\"", (long long)token, n.shown);
+    pg::error(sqlstate::kStaleToken, msg,
+              "The lease expired, was released, or its slot went to another holder. Stop the "
+              "work done under this token and acquire the lease again.",
+              detail);
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
+    pg::require_arg(fcinfo, 0, "name");
+    pg::require_arg(fcinfo, 1, "ttl");
+    pg::require_arg(fcinfo, 3, "permits");
+    pg::require_arg(fcinfo, 4, "wait");
+    pg::require_primary("claim.lease_acquire");
+    NameArg n = name_arg(fcinfo, 0);
+    int64_t ttl_us = ttl_arg(fcinfo, 1);
+    int32 permits = PG_GETARG_INT32(3);
+    int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(4), "wait");
+    pg::pure([&] {
+        check_permits(permits);
+        check_nonnegative_duration("wait", wait_us, kMaxLeaseWaitUs);
+    });
+    bool holder_null = PG_ARGISNULL(2);
+    Datum holder = holder_null ? (Datum)0 : PG_GETARG_DATUM(2);
+    if (!holder_null && VARSIZE_ANY_EXHDR(DatumGetTextPP(holder)) > (size_t)kMaxHolderBytes) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "holder is too long: the maximum is %d bytes", kMaxHolderBytes);
+        pg::error(sqlstate::kInvalidValue, msg);
+    }
+
+    SPI_connect();
+    int cap = permits + 8;
+    HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
+    int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
+    TimestampTz deadline = pg::clock_now() + wait_us;
+    const char *shown = n.shown;
+    int64 token = 0;
+    bool granted = false;
+    for (;;) {
+        TimestampTz now = pg::clock_now();
+        Datum hv[1] = {PointerGetDatum(n.t)};
+        uint64 nrows = pg::run(s_holders, hv, nullptr);
+        if (nrows > (uint64)cap) {
+            cap = (int)nrows;
+            rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
+        }
+        for (uint64 r = 0; r < nrows; ++r) {
+            bool isnull;
+            rows[r].slot = pg::col_int32(r, 1);
+            rows[r].permits = pg::col_int32(r, 2);
+            rows[r].expires_at = DatumGetTimestampTz(pg::col(r, 3, &isnull));
+        }
+        int32 nfree = 0;
+        int64 next_expiry = 0;
+        pg::pure([&] {
+            SlotPlan p = plan_slots(shown, permits, rows, (int)nrows, now, free_slots);
+            nfree = p.nfree;
+            next_expiry = p.next_expiry;
+        });
+
+        bool busy = false;
+        for (int i = 0; i < nfree; ++i) {
+            int32 slot = free_slots[i];
+            uint64 key = slot_key(n, slot);
+            if (!pg::lock_lease(key, false)) {  // a grant in flight, or lease_assert
+                busy = true;
+                continue;
+            }
+            Datum gv[6] = {PointerGetDatum(n.t),       Int32GetDatum(slot),
+                           holder,                     Int32GetDatum(permits),
+                           TimestampTzGetDatum(now),   TimestampTzGetDatum(now + ttl_us)};
+            char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+            if (pg::run(s_grant, gv, gn) > 0) {
+                token = pg::col_int64(0, 1);
+                granted = true;
+                break;  // the lock stays until the transaction ends
+            }
+            pg::unlock_lease(key);  // granted by someone else since we looked
+            busy = true;
+        }
+        if (granted) break;
+
+        now = pg::clock_now();
+        if (now >= deadline) break;
+        int64_t us = 0;
+        pg::pure([&] { us = next_wait_us(now, deadline, next_expiry, busy, kBusyPollUs); });
+        if (us > 0)
+            worker::wait_for(worker::WaitKind::Lease, (int64)wake_key(n), (long)((us + 999) / 1000));
+        else
+            CHECK_FOR_INTERRUPTS();
+    }
+    // The token must be durable before it leaves the server.
+    if (granted) pg::flush_token_wal();
+    SPI_finish();
+    if (!granted) PG_RETURN_NULL();
+    PG_RETURN_INT64(token);
+}
+
+PGCLAIM_FUNCTION(pgclaim_lease_renew) {
+    pg::require_arg(fcinfo, 0, "name");
+    pg::require_arg(fcinfo, 1, "token");
+    pg::require_arg(fcinfo, 2, "ttl");
+    pg::require_primary("claim.lease_renew");
+    NameArg n = name_arg(fcinfo, 0);
+    int64 token = PG_GETARG_INT64(1);
+    int64_t ttl_us = ttl_arg(fcinfo, 2);
+    SPI_connect();
+    TimestampTz now = pg::clock_now();
+    Datum v[4] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(now + ttl_us),
+                  TimestampTzGetDatum(now)};
+    if (pg::run(s_renew, v, nullptr) == 0) refuse(n, token, now);
+    bool isnull;
+    TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
+    SPI_finish();
+    PG_RETURN_TIMESTAMPTZ(until);
+}
+
+PGCLAIM_FUNCTION(pgclaim_lease_release) {
+    pg::require_arg(fcinfo, 0, "name");
+    pg::require_arg(fcinfo, 1, "token");
+    pg::require_primary("claim.lease_release");
+    NameArg n = name_arg(fcinfo, 0);
+    int64 token = PG_GETARG_INT64(1);
+    SPI_connect();
+    Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
+    bool live = false;
+    if (pg::run(s_release, v, nullptr) > 0) {
+        bool isnull;
+        live = DatumGetBool(pg::col(0, 1, &isnull));
+    }
+    // A slot is free once this commits: wake a waiter.
+    if (live) worker::notify_ready(worker::WaitKind::Lease, (int64)wake_key(n));
+    SPI_finish();
+    PG_RETURN_BOOL(live);
+}
+
+PGCLAIM_FUNCTION(pgclaim_lease_assert) {
+    pg::require_arg(fcinfo, 0, "name");
+    pg::require_arg(fcinfo, 1, "token");
+    pg::require_primary("claim.lease_assert");
+    NameArg n = name_arg(fcinfo, 0);
+    int64 token = PG_GETARG_INT64(1);
+    SPI_connect();
+    Datum fv[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
+    if (pg::run(s_find, fv, nullptr) == 0) refuse(n, token, pg::clock_now());
+    int32 slot = pg::col_int32(0, 1);
+    // Kept until the caller's transaction ends: no acquirer can grant this
+    // slot before then, even if the lease runs out meanwhile.
+    pg::lock_lease(slot_key(n, slot), true);
+    TimestampTz now = pg::clock_now();
+    Datum v[4] = {PointerGetDatum(n.t), Int32GetDatum(slot), Int64GetDatum(token),
+                  TimestampTzGetDatum(now)};
+    if (pg::run(s_live_at, v, nullptr) == 0) refuse(n, token, now);
+    SPI_finish();
+    PG_RETURN_VOID();
+}
