@@ -1,0 +1,393 @@
+// SQL surface: group claims.
+//   claim.group_claim
+//
+// A group is the set of pending items of a queue with the same group_key; its
+// head is the one with the lowest id. Only the head can start a claim of its
+// group (claim_next and group_claim alike), and every claimer holds the
+// head's item lock (pg::lock_item) while it claims, so two claimers of one
+// group are serialized without waiting: the second one fails the try-lock and
+// moves on (or returns nothing when it asked for that group).
+//
+// Finding the next group does not walk the groups: the scan walks items_ready
+// in delivery order (ord, id), exactly like claim_next, and takes the first
+// item that is not under a live claim and is the head of its group (one probe
+// of items_group per item looked at). The followers come from items_group in
+// id order: each one is try-locked and taken while it is ready and free; the
+// first that is not stops the claim (group order is never skipped).
+//
+// One statement then claims the locked items under one token (one nextval):
+// it re-checks under the locks, with the latest committed state, that the
+// head is still the head and claimable and that each follower is claimable,
+// and claims the longest such prefix. Items not taken are unlocked.
+#include "api/hints.hpp"
+#include "api/shared.hpp"
+#include "worker/wakeup.hpp"
+
+extern "C" {
+#include "utils/datum.h"
+}
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+
+namespace {
+
+Stmt s_promote = {
+    "UPDATE claim.items SET run_at = NULL WHERE id IN ("
+    "  SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "    AND run_at IS NOT NULL AND run_at <= $2"
+    "  ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED)",
+    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
+
+// Columns: id, ord, lease_until, attempt, head, group_key. "head" is only
+// computed for items not under a live claim ($5 = now).
+#define GSCAN_SELECT                                                               \
+    "SELECT i.id, i.ord, c.lease_until, c.attempt,"                                \
+    "  CASE WHEN c.lease_until > $5 THEN false"                                    \
+    "       ELSE i.group_key IS NULL OR NOT EXISTS ("                              \
+    "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"           \
+    "           AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id)"  \
+    "  END,"                                                                       \
+    "  i.group_key "                                                               \
+    "FROM claim.items i "                                                          \
+    "LEFT JOIN LATERAL (SELECT lease_until, attempt FROM claim.claims cc "         \
+    "                   WHERE cc.item_id = i.id) c ON true "                       \
+    "WHERE i.queue_id = $1 AND i.state = 'r' AND i.run_at IS NULL "
+
+Stmt s_gscan_head = {GSCAN_SELECT "ORDER BY i.ord, i.id LIMIT $2", 5,
+                     {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
+Stmt s_gscan_from = {GSCAN_SELECT "AND (i.ord, i.id) >= ($3, $4) ORDER BY i.ord, i.id LIMIT $2",
+                     5, {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
+Stmt s_gscan_after = {GSCAN_SELECT "AND (i.ord, i.id) > ($3, $4) ORDER BY i.ord, i.id LIMIT $2",
+                      5, {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
+
+// Columns: id, ready, lease_until, attempt.
+#define GMEMBER_SELECT                                                         \
+    "SELECT i.id, i.run_at IS NULL, c.lease_until, c.attempt "                 \
+    "FROM claim.items i "                                                      \
+    "LEFT JOIN LATERAL (SELECT lease_until, attempt FROM claim.claims cc "     \
+    "                   WHERE cc.item_id = i.id) c ON true "                   \
+    "WHERE i.queue_id = $1 AND i.group_key = $2 AND i.state = 'r' "
+
+Stmt s_group_head = {GMEMBER_SELECT "ORDER BY i.id LIMIT 1", 2, {INT4OID, TEXTOID}, nullptr};
+Stmt s_followers = {GMEMBER_SELECT "AND i.id > $3 ORDER BY i.id LIMIT $4", 4,
+                    {INT4OID, TEXTOID, INT8OID, INT8OID}, nullptr};
+
+// Claim the longest prefix of the locked candidates ($1, head first) that is
+// claimable now, under one token.
+Stmt s_gclaim = {
+    "WITH cand AS ("
+    "  SELECT u.id, u.n, i.queue_id, i.failures,"
+    "    COALESCE(i.state = 'r' AND i.run_at IS NULL"
+    "      AND (u.n > 1 OR i.group_key IS NULL OR NOT EXISTS ("
+    "           SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
+    "             AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id))"
+    "      AND NOT EXISTS (SELECT 1 FROM claim.claims x WHERE x.item_id = i.id"
+    "             AND (x.lease_until > $3 OR x.attempt >= $5)), false) AS ok"
+    "  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)"
+    "  LEFT JOIN claim.items i ON i.id = u.id"
+    "), lim AS ("
+    "  SELECT COALESCE(min(n) FILTER (WHERE NOT ok), 9223372036854775807) AS stop FROM cand"
+    "), tok AS ("
+    "  SELECT pg_catalog.nextval('claim.token_seq') AS t FROM lim WHERE lim.stop > 1"
+    "), ins AS ("
+    "  INSERT INTO claim.claims AS c"
+    "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
+    "  SELECT cand.id, cand.queue_id, tok.t, cand.failures + 1, $2, $3, $4"
+    "  FROM cand, lim, tok WHERE cand.n < lim.stop ORDER BY cand.n"
+    "  ON CONFLICT (item_id) DO UPDATE"
+    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"
+    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at,"
+    "        worker = EXCLUDED.worker"
+    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"
+    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"
+    ") "
+    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"
+    "       i.group_key, i.payload, i.enqueued_at "
+    "FROM ins JOIN claim.items i ON i.id = ins.item_id ORDER BY ins.item_id",
+    5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
+
+// Items whose lease expired on their last attempt are dead.
+Stmt s_gkill_expired = {
+    "WITH c AS (DELETE FROM claim.claims WHERE item_id = ANY ($1) AND lease_until <= $2"
+    "           AND attempt >= $3 RETURNING item_id, attempt) "
+    "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
+    "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
+    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
+    3, {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+
+Datum int8_array(const int64 *v, int n) {
+    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
+    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
+    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+// Accessors on a result set kept aside (pg::run frees SPI_tuptable).
+Datum tcol(SPITupleTable *t, uint64 row, int colno, bool *isnull) {
+    return SPI_getbinval(t->vals[row], t->tupdesc, colno, isnull);
+}
+int64 tcol_int64(SPITupleTable *t, uint64 row, int colno) {
+    bool isnull;
+    Datum d = tcol(t, row, colno, &isnull);
+    return isnull ? 0 : DatumGetInt64(d);
+}
+int32 tcol_int32(SPITupleTable *t, uint64 row, int colno) {
+    bool isnull;
+    Datum d = tcol(t, row, colno, &isnull);
+    return isnull ? 0 : DatumGetInt32(d);
+}
+
+// Takes the current SPI result out of pg::run's reach.
+SPITupleTable *keep_result() {
+    SPITupleTable *t = SPI_tuptable;
+    SPI_tuptable = nullptr;
+    return t;
+}
+
+void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts) {
+    if (n == 0) return;
+    Datum v[3] = {int8_array(ids, n), TimestampTzGetDatum(now), Int32GetDatum(max_attempts)};
+    pg::run(s_gkill_expired, v, nullptr);
+    for (int i = 0; i < n; ++i) pg::unlock_item(ids[i]);
+}
+
+struct ClaimArgs {
+    const api::QueueInfo *q;
+    Datum qname;
+    int max_items;
+    TimestampTz now;
+    TimestampTz lease_until;
+    Datum worker;
+    bool worker_null;
+    ReturnSetInfo *rsinfo;
+};
+
+// The head is locked by the caller. Adds the following ready items of its
+// group, claims them all under one token, emits the rows. Returns how many
+// were claimed (0: the head was not claimable after all; it is unlocked).
+int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null) {
+    int cap = a.max_items < 64 ? a.max_items : 64;
+    int64 *cand = (int64 *)palloc(sizeof(int64) * cap);
+    int ncand = 0;
+    cand[ncand++] = head;
+
+    if (!gkey_null && a.max_items > 1) {
+        Datum v[4] = {Int32GetDatum(a.q->queue_id), gkey, Int64GetDatum(head),
+                      Int64GetDatum(a.max_items - 1)};
+        uint64 rows = pg::run(s_followers, v, nullptr);
+        SPITupleTable *t = keep_result();
+        int64 *dead = (int64 *)palloc(sizeof(int64) * (rows > 0 ? rows : 1));
+        int ndead = 0;
+        for (uint64 r = 0; r < rows; ++r) {
+            bool isnull, lease_null;
+            int64 id = tcol_int64(t, r, 1);
+            if (!DatumGetBool(tcol(t, r, 2, &isnull))) break;  // scheduled: stop here
+            TimestampTz lu = DatumGetTimestampTz(tcol(t, r, 3, &lease_null));
+            if (!lease_null && lu > a.now) break;  // cannot happen while we hold the head
+            if (!lease_null && tcol_int32(t, r, 4) >= a.q->max_attempts) {
+                // Its lease ran out on the last attempt: it is dead, the group
+                // moves on past it.
+                if (!pg::lock_item(id, false)) break;
+                dead[ndead++] = id;
+                continue;
+            }
+            if (!pg::lock_item(id, false)) break;  // someone is busy with it
+            if (ncand == cap) {
+                cap = cap * 2 > a.max_items ? a.max_items : cap * 2;
+                cand = (int64 *)repalloc(cand, sizeof(int64) * cap);
+            }
+            cand[ncand++] = id;
+        }
+        SPI_freetuptable(t);
+        kill_expired(dead, ndead, a.now, a.q->max_attempts);
+    }
+
+    Datum cv[5] = {int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
+                   TimestampTzGetDatum(a.now), a.worker, Int32GetDatum(a.q->max_attempts)};
+    char cn[6] = {' ', ' ', ' ', a.worker_null ? 'n' : ' ', ' ', '\0'};
+    uint64 got = pg::run(s_gclaim, cv, cn);
+    // Rows come in id order, which is the order of cand: the taken ones are
+    // a prefix of it.
+    uint64 matched = 0;
+    for (uint64 r = 0; r < got; ++r) {
+        Datum out[8];
+        bool isnull[8] = {false, false, false, false, false, false, false, false};
+        out[0] = a.qname;
+        out[1] = pg::col(r, 1, &isnull[1]);
+        out[2] = pg::col(r, 2, &isnull[2]);
+        out[3] = pg::col(r, 5, &isnull[3]);
+        out[4] = pg::col(r, 6, &isnull[4]);
+        out[5] = pg::col(r, 3, &isnull[5]);
+        out[6] = pg::col(r, 7, &isnull[6]);
+        out[7] = pg::col(r, 4, &isnull[7]);
+        tuplestore_putvalues(a.rsinfo->setResult, a.rsinfo->setDesc, out, isnull);
+        if (matched < (uint64)ncand && DatumGetInt64(out[1]) == cand[matched]) ++matched;
+    }
+    for (int i = (int)matched; i < ncand; ++i) pg::unlock_item(cand[i]);
+    return (int)got;
+}
+
+// Claim the named group if its head is ready and free.
+int claim_named_group(const ClaimArgs &a, Datum gkey) {
+    for (int round = 0; round < 8; ++round) {
+        Datum v[2] = {Int32GetDatum(a.q->queue_id), gkey};
+        if (pg::run(s_group_head, v, nullptr) == 0) return 0;
+        bool isnull, lease_null;
+        int64 head = pg::col_int64(0, 1);
+        if (!DatumGetBool(pg::col(0, 2, &isnull))) return 0;  // scheduled
+        TimestampTz lu = DatumGetTimestampTz(pg::col(0, 3, &lease_null));
+        if (!lease_null && lu > a.now) return 0;  // claimed
+        if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
+            if (!pg::lock_item(head, false)) return 0;
+            kill_expired(&head, 1, a.now, a.q->max_attempts);
+            continue;  // the next item is the head now
+        }
+        if (!pg::lock_item(head, false)) return 0;  // another claimer is on it
+        return take_group(a, head, gkey, false);
+    }
+    return 0;
+}
+
+// Walk the ready items in delivery order; claim the group of the first free head.
+int claim_first_group(const ClaimArgs &a) {
+    const int32 qid = a.q->queue_id;
+    bool from_head = true;
+    ScanPos pos = {0, 0};
+    pg::pure([&] {
+        if (auto s = api::hints().start(qid, a.now)) {
+            pos = *s;
+            from_head = false;
+        }
+    });
+
+    long page = 32;
+    bool first_page = true;
+    bool hint_done = false, hint_have = false;
+    ScanPos hint_pos = pos;
+    int64 claims_end = PG_INT64_MAX;
+    int64 walk = 0;
+    TimestampTz t0 = GetCurrentTimestamp();
+    int claimed = 0;
+    int64 *dead = (int64 *)palloc(sizeof(int64) * 2000);
+
+    while (claimed == 0) {
+        Datum v[5] = {Int32GetDatum(qid), Int64GetDatum(page), Int32GetDatum(pos.ord),
+                      Int64GetDatum(pos.id), TimestampTzGetDatum(a.now)};
+        uint64 rows = pg::run(first_page ? (from_head ? s_gscan_head : s_gscan_from)
+                                         : s_gscan_after,
+                              v, nullptr);
+        SPITupleTable *t = keep_result();
+        int ndead = 0;
+        for (uint64 r = 0; r < rows && claimed == 0; ++r) {
+            bool lease_null, isnull, gk_null;
+            int64 id = tcol_int64(t, r, 1);
+            pos = ScanPos{tcol_int32(t, r, 2), id};
+            TimestampTz lu = DatumGetTimestampTz(tcol(t, r, 3, &lease_null));
+            bool live = !lease_null && lu > a.now;
+            if (!hint_done) {
+                hint_pos = pos;
+                hint_have = true;
+                if (live) {
+                    if (lu < claims_end) claims_end = lu;
+                } else {
+                    hint_done = true;
+                    walk = GetCurrentTimestamp() - t0;
+                }
+            }
+            if (live) continue;
+            if (!lease_null && tcol_int32(t, r, 4) >= a.q->max_attempts) {
+                if (pg::lock_item(id, false)) dead[ndead++] = id;
+                continue;
+            }
+            if (!DatumGetBool(tcol(t, r, 5, &isnull))) continue;  // not the head of its group
+            if (!pg::lock_item(id, false)) continue;               // someone else is on it
+            Datum gk = tcol(t, r, 6, &gk_null);
+            kill_expired(dead, ndead, a.now, a.q->max_attempts);
+            ndead = 0;
+            claimed = take_group(a, id, gk_null ? (Datum)0 : datumCopy(gk, false, -1), gk_null);
+        }
+        kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        SPI_freetuptable(t);
+        if (claimed > 0 || rows < (uint64)page) break;
+        first_page = false;
+        if (page < 2000) page = page * 2 > 2000 ? 2000 : page * 2;
+        CHECK_FOR_INTERRUPTS();
+    }
+    if (!hint_done) walk = GetCurrentTimestamp() - t0;
+    pg::pure([&] {
+        api::hints().record(qid, from_head,
+                            hint_have ? std::optional<ScanPos>(hint_pos) : std::nullopt, walk,
+                            a.now, claims_end);
+    });
+    return claimed;
+}
+
+int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
+    a.now = pg::clock_now();
+    a.lease_until = a.now + lease_us;
+    {
+        Datum v[2] = {Int32GetDatum(a.q->queue_id), TimestampTzGetDatum(a.now)};
+        if (pg::run(s_promote, v, nullptr) > 0) api::forget_hints(a.q->queue_id);
+    }
+    int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
+    if (claimed > 0) pg::flush_token_wal();
+    return claimed;
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_group_claim) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_arg(fcinfo, 1, "max_items");
+    pg::require_arg(fcinfo, 3, "wait");
+    pg::require_primary("claim.group_claim");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    int32 max_items = PG_GETARG_INT32(1);
+    int64_t lease_us = -1;
+    if (!PG_ARGISNULL(2)) {
+        lease_us = pg::interval_us(PG_GETARG_INTERVAL_P(2), "lease");
+        pg::pure([&] { check_positive_duration("lease", lease_us, kMaxLeaseUs); });
+    }
+    int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(3), "wait");
+    pg::pure([&] {
+        check_range("max_items", max_items, 1, kMaxGroupClaim);
+        check_nonnegative_duration("wait", wait_us, kMaxWaitUs);
+    });
+    bool named = !PG_ARGISNULL(5);
+    Datum gkey = named ? PG_GETARG_DATUM(5) : (Datum)0;
+    if (named) {
+        text *t = DatumGetTextPP(gkey);
+        size_t len = VARSIZE_ANY_EXHDR(t);
+        if (len == 0 || len > (size_t)api::kMaxKeyBytes) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "group_key must be 1 to %d bytes long", api::kMaxKeyBytes);
+            pg::error(sqlstate::kInvalidValue, msg);
+        }
+    }
+
+    InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+    ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+
+    SPI_connect();
+    api::QueueInfo q = api::lookup_queue(name);
+    if (lease_us < 0) lease_us = q.lease_us;
+    ClaimArgs a;
+    a.q = &q;
+    a.qname = PG_GETARG_DATUM(0);
+    a.max_items = max_items;
+    a.now = 0;
+    a.lease_until = 0;
+    a.worker_null = PG_ARGISNULL(4);
+    a.worker = a.worker_null ? (Datum)0 : PG_GETARG_DATUM(4);
+    a.rsinfo = rsinfo;
+    TimestampTz deadline = pg::clock_now() + wait_us;
+    for (;;) {
+        if (group_round(a, lease_us, named, gkey) > 0) break;
+        TimestampTz now = pg::clock_now();
+        if (now >= deadline) break;
+        worker::wait_for(worker::WaitKind::Queue, q.queue_id,
+                         (long)((deadline - now + 999) / 1000));
+    }
+    SPI_finish();
+    return (Datum)0;
+}

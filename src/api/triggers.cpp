@@ -1,0 +1,339 @@
+// SQL surface: trigger enqueue.
+//   claim.enqueue_trigger
+//
+// An AFTER trigger that turns row changes into items of a queue, written in
+// the transaction of the change (visible after its commit, gone with its
+// rollback; waiters are told after the commit, no NOTIFY).
+//
+//  * FOR EACH ROW (INSERT, UPDATE, DELETE): one item per row.
+//  * FOR EACH STATEMENT with transition tables (REFERENCING NEW TABLE AS ...
+//    and/or OLD TABLE AS ...): one set-based INSERT ... SELECT over them.
+//    FOR EACH STATEMENT on TRUNCATE: one item {"op": "TRUNCATE", ...}.
+//
+// Payload: {"op", "schema", "table", "new", "old"}, rows as to_jsonb(row);
+// the side that does not exist is left out.
+//
+// coalesce: the marker of an item's source is its payload's op, schema and
+// table. When the newest pending item of the group has the same source, is
+// ready (run_at NULL) and has no live claim, the change is merged into it in
+// place ("new" replaced for INSERT/UPDATE, "old" for DELETE; an UPDATE keeps
+// the "old" of the first change it absorbed) instead of adding an item. Only
+// the newest item of the group qualifies, so changes are never reordered. The
+// producer holds that item's lock (pg::lock_item) until it commits: claimers
+// skip the item meanwhile, so nobody can be handed the payload it is about
+// to replace. If the lock is busy, a new item is added instead.
+#include "api/shared.hpp"
+#include "core/trigger_args.hpp"
+#include "worker/wakeup.hpp"
+
+extern "C" {
+#include "commands/trigger.h"
+#include "lib/stringinfo.h"
+#include "nodes/makefuncs.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+}
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+
+namespace {
+
+constexpr const char *kTriggerProtocol = "39P01";  // trigger_protocol_violated
+constexpr const char *kUndefinedColumn = "42703";
+
+// Payload from op, schema, table and the rows as jsonb ($7 new, $8 old: NULL
+// when absent). Returns the queue id; no row when the queue does not exist.
+#define PAYLOAD_EXPR(op, schema, table, nj, oj)                                    \
+    "jsonb_build_object('op', " op ", 'schema', " schema ", 'table', " table ")"   \
+    " || CASE WHEN " nj " IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('new', " nj ") END" \
+    " || CASE WHEN " oj " IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('old', " oj ") END"
+
+Stmt s_insert = {
+    "INSERT INTO claim.items (queue_id, priority, group_key, payload) "
+    "SELECT q.queue_id, $2, $3, " PAYLOAD_EXPR("$4", "$5", "$6", "$7", "$8") " "
+    "FROM claim.queues q WHERE q.name = $1 RETURNING queue_id",
+    8, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID}, nullptr};
+
+// The newest pending item of the group, if it is a coalescing target.
+Stmt s_co_find = {
+    "SELECT t.id FROM ("
+    "  SELECT id, run_at, payload FROM claim.items"
+    "  WHERE queue_id = $1 AND group_key = $2 AND state = 'r'"
+    "  ORDER BY id DESC LIMIT 1) t "
+    "WHERE t.run_at IS NULL AND t.payload->>'op' = $3 AND t.payload->>'schema' = $4"
+    "  AND t.payload->>'table' = $5"
+    "  AND NOT EXISTS (SELECT 1 FROM claim.claims c WHERE c.item_id = t.id"
+    "                    AND c.lease_until > $6)",
+    6, {INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}, nullptr};
+
+// Merge the change into the target, re-checked under its lock.
+Stmt s_co_update = {
+    "UPDATE claim.items i SET payload = i.payload ||"
+    "  CASE WHEN $3 IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($2::text, $3::jsonb) END "
+    "WHERE i.id = $1 AND i.state = 'r' AND i.run_at IS NULL"
+    "  AND NOT EXISTS (SELECT 1 FROM claim.claims c WHERE c.item_id = i.id"
+    "                    AND c.lease_until > $4)"
+    "  AND NOT EXISTS (SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
+    "                    AND e.group_key = i.group_key AND e.state = 'r' AND e.id > i.id)",
+    4, {INT8OID, TEXTOID, JSONBOID, TIMESTAMPTZOID}, nullptr};
+
+struct Change {
+    const char *queue;  // name
+    int32 priority;
+    bool coalesce;
+    const char *op;
+    const char *schema;
+    const char *table;
+};
+
+// Cached per trigger call site: to_jsonb() set up for the table's row type.
+struct RowJsonCache {
+    Oid typid;
+    FmgrInfo fl;
+};
+
+Datum row_jsonb(FunctionCallInfo fcinfo, HeapTuple tuple, TupleDesc desc) {
+    RowJsonCache *c = (RowJsonCache *)fcinfo->flinfo->fn_extra;
+    if (c == nullptr || c->typid != desc->tdtypeid) {
+        MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+        if (c == nullptr) c = (RowJsonCache *)palloc0(sizeof(RowJsonCache));
+        fmgr_info(F_TO_JSONB, &c->fl);
+        Node *arg = (Node *)makeNullConst(desc->tdtypeid, -1, InvalidOid);
+        c->fl.fn_expr = (Node *)makeFuncExpr(F_TO_JSONB, JSONBOID, list_make1(arg), InvalidOid,
+                                             InvalidOid, COERCE_EXPLICIT_CALL);
+        c->typid = desc->tdtypeid;
+        fcinfo->flinfo->fn_extra = c;
+        MemoryContextSwitchTo(old);
+    }
+    return FunctionCall1(&c->fl, heap_copy_tuple_as_datum(tuple, desc));
+}
+
+Datum text_or_null(const char *s) { return s ? CStringGetTextDatum(s) : (Datum)0; }
+
+// Add one item (or merge it into the newest item of its group). SPI is
+// connected. nj/oj: jsonb rows, 0 when absent. group: NULL for none.
+void enqueue_change(const Change &ch, Datum nj, Datum oj, const char *group) {
+    if (ch.coalesce && group != nullptr) {
+        api::QueueInfo q = api::lookup_queue(ch.queue);
+        TimestampTz now = pg::clock_now();
+        Datum fv[6] = {Int32GetDatum(q.queue_id), CStringGetTextDatum(group),
+                       CStringGetTextDatum(ch.op), CStringGetTextDatum(ch.schema),
+                       CStringGetTextDatum(ch.table), TimestampTzGetDatum(now)};
+        if (pg::run(s_co_find, fv, nullptr) > 0) {
+            int64 target = pg::col_int64(0, 1);
+            if (pg::lock_item(target, false)) {
+                bool is_delete = strcmp(ch.op, "DELETE") == 0;
+                Datum uv[4] = {Int64GetDatum(target),
+                               CStringGetTextDatum(is_delete ? "old" : "new"),
+                               is_delete ? oj : nj, TimestampTzGetDatum(now)};
+                char un[5] = {' ', ' ', (is_delete ? oj : nj) ? ' ' : 'n', ' ', '\0'};
+                if (pg::run(s_co_update, uv, un) > 0) return;  // keep the lock
+                pg::unlock_item(target);
+            }
+        }
+    }
+    Datum v[8] = {CStringGetTextDatum(ch.queue),  Int32GetDatum(ch.priority),
+                  text_or_null(group),            CStringGetTextDatum(ch.op),
+                  CStringGetTextDatum(ch.schema), CStringGetTextDatum(ch.table),
+                  nj,                             oj};
+    char nulls[9] = {' ', ' ', group ? ' ' : 'n', ' ', ' ', ' ', nj ? ' ' : 'n', oj ? ' ' : 'n',
+                     '\0'};
+    if (pg::run(s_insert, v, nulls) == 0) api::unknown_queue(ch.queue);
+    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1));
+}
+
+[[noreturn]] void bad_use(const char *trigger, const char *table, const char *what,
+                          const char *hint) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "trigger \"%s\" on table \"%s\": %s", trigger, table, what);
+    pg::error(kTriggerProtocol, msg, hint);
+}
+
+const char *kStatementHint =
+    "Use FOR EACH ROW, or FOR EACH STATEMENT with transition tables: CREATE TRIGGER ... AFTER "
+    "INSERT ON t REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION "
+    "claim.enqueue_trigger(...) (OLD TABLE for DELETE, either or both for UPDATE).";
+
+void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att) {
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    HeapTuple newt = nullptr, oldt = nullptr;
+    if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
+        newt = td->tg_trigtuple;
+    } else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
+        oldt = td->tg_trigtuple;
+        newt = td->tg_newtuple;
+    } else {
+        oldt = td->tg_trigtuple;
+    }
+    Datum nj = newt ? row_jsonb(fcinfo, newt, desc) : (Datum)0;
+    Datum oj = oldt ? row_jsonb(fcinfo, oldt, desc) : (Datum)0;
+    const char *group = nullptr;
+    if (group_att > 0) group = SPI_getvalue(newt ? newt : oldt, desc, group_att);
+    SPI_connect();
+    enqueue_change(ch, nj, oj, group);
+    SPI_finish();
+}
+
+void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
+    const char *trig = td->tg_trigger->tgname;
+    const char *newtab = td->tg_trigger->tgnewtable;
+    const char *oldtab = td->tg_trigger->tgoldtable;
+    bool ins = TRIGGER_FIRED_BY_INSERT(td->tg_event);
+    bool del = TRIGGER_FIRED_BY_DELETE(td->tg_event);
+    bool truncate = TRIGGER_FIRED_BY_TRUNCATE(td->tg_event);
+
+    if (truncate) {
+        SPI_connect();
+        Change c = ch;
+        c.coalesce = false;
+        enqueue_change(c, (Datum)0, (Datum)0, nullptr);
+        SPI_finish();
+        return;
+    }
+    if ((ins && !newtab) || (del && !oldtab) || (!newtab && !oldtab))
+        bad_use(trig, ch.table,
+                ins ? "a statement-level INSERT trigger needs REFERENCING NEW TABLE"
+                    : del ? "a statement-level DELETE trigger needs REFERENCING OLD TABLE"
+                          : "a statement-level UPDATE trigger needs REFERENCING NEW TABLE "
+                            "and/or OLD TABLE",
+                kStatementHint);
+
+    // rows(rn, nj, oj, g): the changed rows in statement order.
+    StringInfoData rows;
+    initStringInfo(&rows);
+    const char *gcol = group_col ? quote_identifier(group_col) : nullptr;
+    if (newtab && oldtab) {
+        appendStringInfo(&rows,
+                         "SELECT a.rn, a.nj, b.oj, a.g FROM "
+                         "(SELECT row_number() OVER () AS rn, to_jsonb(n) AS nj, %s%s%s AS g "
+                         " FROM %s n) a JOIN "
+                         "(SELECT row_number() OVER () AS rn, to_jsonb(o) AS oj FROM %s o) b "
+                         "ON a.rn = b.rn",
+                         gcol ? "(n." : "NULL::text", gcol ? gcol : "", gcol ? ")::text" : "",
+                         quote_identifier(newtab), quote_identifier(oldtab));
+    } else {
+        bool is_new = newtab != nullptr;
+        appendStringInfo(&rows,
+                         "SELECT row_number() OVER () AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
+                         "FROM %s r",
+                         is_new ? "to_jsonb(r)" : "NULL::jsonb",
+                         is_new ? "NULL::jsonb" : "to_jsonb(r)", gcol ? "(r." : "NULL::text",
+                         gcol ? gcol : "", gcol ? ")::text" : "",
+                         quote_identifier(is_new ? newtab : oldtab));
+    }
+
+    StringInfoData sql;
+    initStringInfo(&sql);
+    SPI_connect();
+    SPI_register_trigger_data(td);
+    api::QueueInfo q = api::lookup_queue(ch.queue);
+
+    if (!ch.coalesce) {
+        appendStringInfo(&sql,
+                         "INSERT INTO claim.items (queue_id, priority, group_key, payload) "
+                         "SELECT $1, $2, r.g, %s FROM (%s) r ORDER BY r.rn",
+                         newtab && oldtab
+                             ? "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
+                               "'new', r.nj, 'old', r.oj)"
+                         : newtab ? "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
+                                    "'new', r.nj)"
+                                  : "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
+                                    "'old', r.oj)",
+                         rows.data);
+        Oid types[5] = {INT4OID, INT4OID, TEXTOID, TEXTOID, TEXTOID};
+        Datum v[5] = {Int32GetDatum(q.queue_id), Int32GetDatum(ch.priority),
+                      CStringGetTextDatum(ch.op), CStringGetTextDatum(ch.schema),
+                      CStringGetTextDatum(ch.table)};
+        int rc = SPI_execute_with_args(sql.data, 5, types, v, nullptr, false, 0);
+        if (rc != SPI_OK_INSERT)
+            elog(ERROR, "pg_claim: trigger enqueue failed (%s)", SPI_result_code_string(rc));
+        if (SPI_processed > 0) worker::notify_ready(worker::WaitKind::Queue, q.queue_id);
+        SPI_finish();
+        return;
+    }
+
+    // coalesce: first collapse the statement's rows per group key (first
+    // "old", last "new"), then coalesce or insert each collapsed change.
+    appendStringInfo(&sql,
+                     "WITH r AS (%s) "
+                     "SELECT x.nj, x.oj, x.g FROM ("
+                     "  SELECT r.rn, r.nj, r.oj, r.g FROM r WHERE r.g IS NULL"
+                     "  UNION ALL"
+                     "  SELECT min(r.rn), (array_agg(r.nj ORDER BY r.rn DESC))[1],"
+                     "         (array_agg(r.oj ORDER BY r.rn))[1], r.g"
+                     "  FROM r WHERE r.g IS NOT NULL GROUP BY r.g) x "
+                     "ORDER BY x.rn",
+                     rows.data);
+    int rc = SPI_execute(sql.data, true, 0);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "pg_claim: trigger enqueue failed (%s)", SPI_result_code_string(rc));
+    uint64 n = SPI_processed;
+    SPITupleTable *t = SPI_tuptable;
+    SPI_tuptable = nullptr;  // ours now: pg::run must not free it
+    for (uint64 r = 0; r < n; ++r) {
+        bool nj_null, oj_null, g_null;
+        Datum nj = SPI_getbinval(t->vals[r], t->tupdesc, 1, &nj_null);
+        Datum oj = SPI_getbinval(t->vals[r], t->tupdesc, 2, &oj_null);
+        Datum g = SPI_getbinval(t->vals[r], t->tupdesc, 3, &g_null);
+        enqueue_change(ch, nj_null ? (Datum)0 : nj, oj_null ? (Datum)0 : oj,
+                       g_null ? nullptr : TextDatumGetCString(g));
+        CHECK_FOR_INTERRUPTS();
+    }
+    SPI_freetuptable(t);
+    SPI_finish();
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        pg::error(kTriggerProtocol, "claim.enqueue_trigger() must be called as a trigger",
+                  "CREATE TRIGGER ... AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
+                  "EXECUTE FUNCTION claim.enqueue_trigger('queue');");
+    TriggerData *td = (TriggerData *)fcinfo->context;
+    Trigger *tg = td->tg_trigger;
+    Relation rel = td->tg_relation;
+    const char *table = RelationGetRelationName(rel);
+
+    if (!TRIGGER_FIRED_AFTER(td->tg_event))
+        bad_use(tg->tgname, table, "claim.enqueue_trigger() must be fired AFTER the change",
+                "Create it as AFTER INSERT OR UPDATE OR DELETE: a BEFORE or INSTEAD OF trigger "
+                "would enqueue changes that a later trigger or constraint can still cancel.");
+
+    TriggerOptions opts;
+    pg::pure([&] { opts = parse_trigger_args(tg->tgname, tg->tgnargs, tg->tgargs); });
+
+    int group_att = 0;
+    if (opts.group_column[0] != '\0') {
+        group_att = SPI_fnumber(RelationGetDescr(rel), opts.group_column);
+        if (group_att <= 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "trigger \"%s\" on table \"%s\": group column \"%s\" does not exist",
+                     tg->tgname, table, opts.group_column);
+            pg::error(kUndefinedColumn, msg,
+                      "The second argument of claim.enqueue_trigger names a column of the table "
+                      "(case-sensitive, not quoted); pass '' for no group.");
+        }
+    }
+
+    Change ch;
+    ch.queue = opts.queue;
+    ch.priority = opts.priority;
+    ch.coalesce = opts.coalesce;
+    ch.schema = get_namespace_name(RelationGetNamespace(rel));
+    ch.table = table;
+    ch.op = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? "INSERT"
+            : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? "UPDATE"
+            : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? "DELETE"
+                                                    : "TRUNCATE";
+
+    pg::lock_queue_name(opts.queue, false);
+    if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
+        row_level(fcinfo, td, ch, group_att);
+    else
+        statement_level(td, ch, group_att > 0 ? opts.group_column : nullptr);
+    return PointerGetDatum(nullptr);
+}
