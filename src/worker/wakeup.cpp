@@ -1,14 +1,188 @@
-// Waiting for work: the fallback without shared memory (short naps).
+// Waiting for work and waking waiters. See wakeup.hpp for the contract.
+//
+// The race between "the claim scan found nothing" and "the waiter is
+// registered" is closed with wake stamps: at commit a producer first stores
+// the time into the stamp of its key's bucket, then looks for waiters; a
+// waiter first registers, then reads the stamp. If the stamp is not older
+// than the start of the waiter's last scan (the statement start, or the end
+// of its previous wait), a commit may have been missed and the waiter
+// returns at once to scan again. Both sides use full barriers (Dekker), so
+// one of them always sees the other.
 #include "worker/wakeup.hpp"
 
+#include "api/hints.hpp"
+#include "worker/shared.hpp"
+
 extern "C" {
-#include "storage/latch.h"
+#include "common/hashfn.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
 #include "utils/wait_event.h"
 }
 
 namespace pgclaim::worker {
 
-void wait_for(WaitKind, int64, long timeout_ms) {
+Shared *shared = nullptr;
+bool am_worker = false;
+
+namespace {
+
+struct Pending {
+    int kind;
+    int64 key;
+    int64 count;
+};
+
+// Backend-local state. Plain data only (callbacks read it).
+Pending *pending = nullptr;  // in TopMemoryContext
+int npending = 0;
+int pending_cap = 0;
+bool pending_launcher_poke = false;
+bool pending_worker_poke = false;
+
+// The baton: this backend was woken for (kind, key) and has not gone back
+// to sleep, so it probably took something; at the end of its transaction it
+// wakes the next waiter of the key.
+bool baton = false;
+int baton_kind = 0;
+int64 baton_key = 0;
+
+bool callbacks_registered = false;
+bool exit_registered = false;
+bool fallback_noticed = false;
+TimestampTz last_wait_end = 0;
+
+void xact_callback(XactEvent event, void *);
+
+void register_callbacks() {
+    if (callbacks_registered) return;
+    RegisterXactCallback(xact_callback, nullptr);
+    callbacks_registered = true;
+}
+
+// Keep the maximum: a slower notifier must not move the stamp back.
+void stamp_bucket(uint32 b, TimestampTz now) {
+    pg_atomic_uint64 *s = &shared->stamps[b];
+    uint64 old = pg_atomic_read_u64(s);
+    while ((int64)old < now) {
+        if (pg_atomic_compare_exchange_u64(s, &old, (uint64)now)) break;
+    }
+}
+
+// Wake the longest-waiting waiters of (db, kind, key), at most `count`.
+// Caller holds the lock. Plain loads and SetLatch only.
+int wake_locked(Oid db, int kind, int64 key, int64 count) {
+    int woken = 0;
+    while (woken < count) {
+        Waiter *best = nullptr;
+        for (int i = 0; i < shared->nwaiter_slots; ++i) {
+            Waiter *w = &shared->waiters[i];
+            if (!w->waiting || w->woken || w->db != db || w->kind != kind || w->key != key)
+                continue;
+            if (best == nullptr || w->seq < best->seq) best = w;
+        }
+        if (best == nullptr) break;
+        best->woken = true;
+        SetLatch(best->latch);
+        ++woken;
+    }
+    return woken;
+}
+
+void fire(bool commit) {
+    bool have = (commit && npending > 0) || baton;
+    if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
+        TimestampTz now = GetCurrentTimestamp();
+        if (commit) {
+            for (int i = 0; i < npending; ++i)
+                stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
+        }
+        if (baton) stamp_bucket(bucket_of(MyDatabaseId, baton_kind, baton_key), now);
+        pg_memory_barrier();
+        if (pg_atomic_read_u32(&shared->nwaiters) > 0) {
+            LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+            if (commit)
+                for (int i = 0; i < npending; ++i)
+                    wake_locked(MyDatabaseId, pending[i].kind, pending[i].key, pending[i].count);
+            if (baton) wake_locked(MyDatabaseId, baton_kind, baton_key, 1);
+            LWLockRelease(shared->lock);
+        }
+        // The database's worker sends one coalesced NOTIFY per queue.
+        if (commit && guc_notify && !am_worker) {
+            DbSlot *slot = my_db_slot();
+            if (slot != nullptr) {
+                bool any = false;
+                for (int i = 0; i < npending; ++i)
+                    if (pending[i].kind == (int)WaitKind::Queue) {
+                        add_notify_queue(slot, (int32)pending[i].key);
+                        any = true;
+                    }
+                if (any && pg_atomic_exchange_u32(&slot->notify_pending, 1) == 0) {
+                    Latch *l = slot->latch;
+                    if (l != nullptr) SetLatch(l);
+                }
+            }
+        }
+    }
+    if (commit && shared != nullptr) {
+        if (pending_launcher_poke) poke_launcher();
+        if (pending_worker_poke) {
+            DbSlot *slot = my_db_slot();
+            Latch *l = slot ? slot->latch : nullptr;
+            if (l != nullptr) SetLatch(l);
+        }
+    }
+    npending = 0;
+    baton = false;
+    pending_launcher_poke = pending_worker_poke = false;
+}
+
+void xact_callback(XactEvent event, void *) {
+    switch (event) {
+        case XACT_EVENT_COMMIT:
+            fire(true);
+            break;
+        case XACT_EVENT_ABORT:
+            fire(false);
+            break;
+        case XACT_EVENT_PREPARE:
+            // Whoever commits the prepared transaction does not know what it
+            // made ready; waiters find it at their next timeout.
+            npending = 0;
+            pending_launcher_poke = pending_worker_poke = false;
+            break;
+        default:
+            break;
+    }
+}
+
+// Leave the waiter slot; returns whether a waker picked us. No raise.
+bool unregister(Waiter *w) {
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    bool woken = w->waiting && w->woken;
+    if (w->waiting) pg_atomic_fetch_sub_u32(&shared->nwaiters, 1);
+    w->waiting = false;
+    w->woken = false;
+    LWLockRelease(shared->lock);
+    return woken;
+}
+
+void on_exit_unregister(int, Datum) {
+    if (shared == nullptr || MyProc == nullptr) return;
+    if (MyProc->pgprocno < 0 || MyProc->pgprocno >= shared->nwaiter_slots) return;
+    Waiter *w = &shared->waiters[MyProc->pgprocno];
+    if (w->waiting) (void)unregister(w);
+}
+
+void fallback_wait(long timeout_ms) {
+    if (!fallback_noticed) {
+        fallback_noticed = true;
+        ereport(NOTICE,
+                (errmsg("pg_claim waits by polling every 50 ms in this server"),
+                 errhint("Add pg_claim to shared_preload_libraries and restart the server to "
+                         "make waits event-driven (woken at the producer's commit).")));
+    }
     long ms = timeout_ms > 50 ? 50 : (timeout_ms < 1 ? 1 : timeout_ms);
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
                     PG_WAIT_EXTENSION);
@@ -16,6 +190,128 @@ void wait_for(WaitKind, int64, long timeout_ms) {
     CHECK_FOR_INTERRUPTS();
 }
 
-void notify_ready(WaitKind, int64) {}
+}  // namespace
+
+bool preloaded() { return shared != nullptr; }
+
+uint32 bucket_of(Oid db, int kind, int64 key) {
+    uint64 h = hash_combine64(hash_uint32(db), (uint64)key * UINT64CONST(0x9E3779B97F4A7C15));
+    h = hash_combine64(h, (uint64)kind);
+    return (uint32)(h % kBuckets);
+}
+
+void add_notify_queue(DbSlot *slot, int32 queue_id) {
+    SpinLockAcquire(&slot->mutex);
+    bool found = slot->notify_all;
+    for (int i = 0; !found && i < slot->nnotify; ++i) found = slot->notify_queues[i] == queue_id;
+    if (!found) {
+        if (slot->nnotify < kNotifyQueues)
+            slot->notify_queues[slot->nnotify++] = queue_id;
+        else
+            slot->notify_all = true;
+    }
+    SpinLockRelease(&slot->mutex);
+}
+
+DbSlot *my_db_slot() {
+    static int cached = -1;
+    if (shared == nullptr || !OidIsValid(MyDatabaseId)) return nullptr;
+    if (cached >= 0 && shared->dbs[cached].db == MyDatabaseId) return &shared->dbs[cached];
+    for (int i = 0; i < kMaxDbSlots; ++i)
+        if (shared->dbs[i].db == MyDatabaseId) {
+            cached = i;
+            return &shared->dbs[i];
+        }
+    return nullptr;
+}
+
+void at_commit_poke(bool launcher, bool worker) {
+    register_callbacks();
+    pending_launcher_poke |= launcher;
+    pending_worker_poke |= worker;
+}
+
+void wait_for(WaitKind kind, int64 key, long timeout_ms) {
+    if (shared == nullptr || MyProc == nullptr || MyProc->pgprocno >= shared->nwaiter_slots) {
+        fallback_wait(timeout_ms);
+        return;
+    }
+    register_callbacks();
+    if (!exit_registered) {
+        on_shmem_exit(on_exit_unregister, (Datum)0);
+        exit_registered = true;
+    }
+    // Coming back to sleep: whatever woke us was not ours to take.
+    if (baton && baton_kind == (int)kind && baton_key == key) baton = false;
+
+    // Without a worker serving this database nobody wakes us for expired
+    // claims or due scheduled items: look again now and then.
+    DbSlot *slot = my_db_slot();
+    long cap = (slot != nullptr && slot->state == DbState::Running) ? 60000 : 250;
+    long ms = timeout_ms < 1 ? 1 : (timeout_ms > cap ? cap : timeout_ms);
+
+    TimestampTz baseline = GetCurrentStatementStartTimestamp();
+    if (last_wait_end > baseline) baseline = last_wait_end;
+    uint32 b = bucket_of(MyDatabaseId, (int)kind, key);
+
+    Waiter *w = &shared->waiters[MyProc->pgprocno];
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    w->db = MyDatabaseId;
+    w->kind = (int)kind;
+    w->key = key;
+    w->latch = MyLatch;
+    w->seq = ++shared->next_seq;
+    w->woken = false;
+    w->waiting = true;
+    LWLockRelease(shared->lock);
+    pg_atomic_fetch_add_u32(&shared->nwaiters, 1);  // full barrier
+
+    volatile bool woken = false;
+    if ((int64)pg_atomic_read_u64(&shared->stamps[b]) < baseline) {
+        PG_TRY();
+        {
+            (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+                            PG_WAIT_EXTENSION);
+        }
+        PG_FINALLY();
+        {
+            woken = unregister(w);
+        }
+        PG_END_TRY();
+    } else {
+        woken = unregister(w);  // a commit may have been missed: scan again now
+    }
+    ResetLatch(MyLatch);
+    last_wait_end = GetCurrentTimestamp();
+    if (woken) {
+        baton = true;
+        baton_kind = (int)kind;
+        baton_key = key;
+        // Items may have become ready before where this backend's scans
+        // start (promoted, released, expired): scan from the head.
+        if (kind == WaitKind::Queue) pg::pure([&] { api::hints().forget((int32)key); });
+    }
+    CHECK_FOR_INTERRUPTS();
+}
+
+void notify_ready(WaitKind kind, int64 key) { notify_ready(kind, key, 1); }
+
+void notify_ready(WaitKind kind, int64 key, int64 count) {
+    if (shared == nullptr || count <= 0) return;
+    register_callbacks();
+    for (int i = 0; i < npending; ++i)
+        if (pending[i].kind == (int)kind && pending[i].key == key) {
+            pending[i].count += count;
+            return;
+        }
+    if (npending == pending_cap) {
+        int cap = pending_cap == 0 ? 16 : pending_cap * 2;
+        pending = pending == nullptr
+                      ? (Pending *)MemoryContextAlloc(TopMemoryContext, sizeof(Pending) * cap)
+                      : (Pending *)repalloc(pending, sizeof(Pending) * cap);
+        pending_cap = cap;
+    }
+    pending[npending++] = Pending{(int)kind, key, count};
+}
 
 }  // namespace pgclaim::worker

@@ -1,9 +1,18 @@
 // Waiting for work and waking waiters (src/worker owns the implementation).
 //
-// Callers in src/api use only these functions. Without the preload (no
-// shared memory) wait_for() naps briefly and notify_ready() does nothing;
-// with it, waiters sleep on their latch and are woken after a commit that
-// made work ready.
+// Callers in src/api use only these functions.
+//
+// With shared_preload_libraries = 'pg_claim': wait_for() registers the
+// backend as a waiter of (database, kind, key) in shared memory and sleeps on
+// its latch; notify_ready() remembers (kind, key) and, when the transaction
+// commits, wakes the longest-waiting waiters of that key, one per item made
+// ready (no thundering herd). A woken waiter that finds nothing sleeps again;
+// one that found something passes the baton to the next waiter when its own
+// transaction ends, so a batch made ready under a single call drains too.
+// Nothing happens at abort.
+//
+// Without the preload, wait_for() naps briefly (and says once, as a NOTICE,
+// that preloading makes waits event-driven) and notify_ready() does nothing.
 #pragma once
 
 #include "pg/pg.hpp"
@@ -14,12 +23,18 @@ namespace pgclaim::worker {
 enum class WaitKind : int { Queue = 1, Lease = 2 };
 
 // Sleep until woken for (kind, key) or `timeout_ms` passes, whichever comes
-// first; returns early on a latch set. Handles interrupts
-// (CHECK_FOR_INTERRUPTS), so a cancel or statement_timeout ends the wait.
+// first; may return early (callers re-check and call again). Handles
+// interrupts (CHECK_FOR_INTERRUPTS), so a cancel or statement_timeout ends
+// the wait with its usual error; the waiter is never left registered.
 void wait_for(WaitKind kind, int64 key, long timeout_ms);
 
 // Record that (kind, key) has work ready once the current transaction
-// commits (nothing happens if it aborts).
+// commits (nothing happens if it aborts). `count`: how many units became
+// ready (items, lease slots); that many waiters are woken at most.
 void notify_ready(WaitKind kind, int64 key);
+void notify_ready(WaitKind kind, int64 key, int64 count);
+
+// True when the library was preloaded (shared memory and worker available).
+bool preloaded();
 
 }  // namespace pgclaim::worker

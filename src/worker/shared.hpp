@@ -1,0 +1,103 @@
+// Shared memory of pg_claim (only when preloaded): waiter slots, the wake
+// stamps that close the race between "found nothing" and "went to sleep",
+// and the registry of databases served by the background workers.
+//
+// Everything but the atomics is protected by one LWLock (tranche
+// "pg_claim"). Nothing that can raise runs while it is held.
+#pragma once
+
+#include "pg/pg.hpp"
+
+extern "C" {
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+}
+
+namespace pgclaim::worker {
+
+inline constexpr int kBuckets = 4096;      // wake stamps, hashed by (db, kind, key)
+inline constexpr int kMaxDbSlots = 256;    // hard cap of the database registry
+inline constexpr int kNotifyQueues = 32;   // queue ids remembered per database for NOTIFY
+
+// One per PGPROC (indexed by pgprocno).
+struct Waiter {
+    Oid db;
+    int kind;
+    int64 key;
+    Latch *latch;
+    uint64 seq;    // registration order: the smallest waited longest
+    bool waiting;
+    bool woken;    // a waker picked it; others pick someone else
+};
+
+enum class DbState : int {
+    Free = 0,     // slot unused
+    Idle,         // no worker; start one at next_start
+    Starting,     // registered with the postmaster, not yet running
+    Running,      // a worker serves the database
+    Absent,       // the extension is not installed; probe again at next_start
+};
+
+// Why a worker ended (set by the worker, read by the launcher).
+enum class ExitReason : int { Error = 0, Absent, Disabled, Paused, Duplicate };
+
+struct DbSlot {
+    Oid db;
+    DbState state;
+    int pid;                   // worker's pid while it runs
+    Latch *latch;              // worker's latch while it runs
+    ExitReason exit_reason;
+    TimestampTz next_start;    // launcher: when to start (or probe) again
+    TimestampTz started_at;    // launcher: when it asked for the worker
+    TimestampTz paused_until;  // DROP/ALTER DATABASE in progress: no worker
+    // Queues that producers made ready since the worker's last NOTIFY.
+    slock_t mutex;
+    int nnotify;
+    bool notify_all;
+    int32 notify_queues[kNotifyQueues];
+    pg_atomic_uint32 notify_pending;
+    // Statistics (written by the worker only).
+    uint64 cycles, promoted, expired, killed, notifies;
+};
+
+struct Shared {
+    LWLock *lock;
+    int launcher_pid;
+    Latch *launcher_latch;
+    pg_atomic_uint32 rescan;       // ask the launcher to re-read pg_database
+    pg_atomic_uint32 nwaiters;
+    uint64 next_seq;
+    pg_atomic_uint64 stamps[kBuckets];  // last wake time per bucket
+    DbSlot dbs[kMaxDbSlots];
+    int nwaiter_slots;
+    Waiter waiters[FLEXIBLE_ARRAY_MEMBER];
+};
+
+// NULL without shared_preload_libraries.
+extern Shared *shared;
+// The backend-local flag: this process is a pg_claim worker (its own commits
+// do not ask for a NOTIFY, it sends them itself).
+extern bool am_worker;
+
+// GUCs.
+extern bool guc_worker_enabled;
+extern int guc_worker_naptime_ms;
+extern int guc_max_databases;
+extern bool guc_notify;
+
+// wakeup.cpp
+uint32 bucket_of(Oid db, int kind, int64 key);
+void add_notify_queue(DbSlot *slot, int32 queue_id);  // no raise
+DbSlot *my_db_slot();                                 // racy lookup, may be NULL
+// At the commit of the current transaction: wake the launcher (it looks for
+// the extension again) and/or this database's worker (it re-checks).
+void at_commit_poke(bool launcher, bool worker);
+
+// worker.cpp
+void define_gucs();
+void init_preloaded();  // hooks + launcher registration
+void poke_launcher();   // no raise
+
+}  // namespace pgclaim::worker
