@@ -35,10 +35,14 @@ namespace {
 // --- statements ---------------------------------------------------------------
 
 Stmt s_promote = {
-    "UPDATE claim.items SET run_at = NULL WHERE id IN ("
-    "  SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "    AND run_at IS NOT NULL AND run_at <= $2"
-    "  ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED)",
+    "WITH p AS ("
+    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
+    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "      AND run_at IS NOT NULL AND run_at <= $2"
+    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM p)::int8,"
+    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "          AND run_at IS NOT NULL AND run_at > $2)",
     2, {INT4OID, TIMESTAMPTZOID}, nullptr};
 
 #define SCAN_SELECT                                                          \
@@ -151,6 +155,11 @@ Stmt s_live_count_at = {
 
 // --- helpers ------------------------------------------------------------------
 
+PromoteSchedule &promote_schedule() {
+    static PromoteSchedule p;
+    return p;
+}
+
 Datum int8_array(const int64 *v, int n) {
     Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
     for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
@@ -225,9 +234,19 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     TimestampTz now = pg::clock_now();
 
     // Scheduled items that are due become ready (in place, keeping their id).
-    {
+    bool check_due = true;
+    pg::pure([&] { check_due = promote_schedule().due(q.queue_id, now); });
+    if (check_due) {
         Datum v[2] = {Int32GetDatum(q.queue_id), TimestampTzGetDatum(now)};
-        if (pg::run(s_promote, v, nullptr) > 0) api::forget_hints(q.queue_id);
+        pg::run(s_promote, v, nullptr);
+        bool isnull;
+        if (pg::col_int64(0, 1) > 0) api::forget_hints(q.queue_id);
+        Datum next = pg::col(0, 2, &isnull);
+        int64 next_us = isnull ? 0 : DatumGetTimestampTz(next);
+        pg::pure([&] {
+            promote_schedule().checked(q.queue_id, now,
+                                       isnull ? std::nullopt : std::optional<int64_t>(next_us));
+        });
     }
 
     bool from_head = true;
@@ -367,7 +386,7 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
 
     SPI_connect();
-    api::QueueInfo q = api::lookup_queue(name);
+    api::QueueInfo q = api::lookup_queue_cached(name);
     if (lease_us < 0) lease_us = q.lease_us;
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {

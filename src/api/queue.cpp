@@ -133,6 +133,7 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::run(s_drop_claims, v2, nullptr);
     SPI_finish();
     api::forget_hints(DatumGetInt32(qid));
+    api::forget_queues();
     PG_RETURN_VOID();
 }
 

@@ -3,6 +3,7 @@
 
 #include "api/hints.hpp"
 #include "core/error.hpp"
+#include "core/queue_cache.hpp"
 
 namespace pgclaim::api {
 
@@ -21,6 +22,34 @@ QueueInfo lookup_queue(const char *name) {
     q.lease_us = pg::interval_us(DatumGetIntervalP(pg::col(0, 2, &isnull)), "lease");
     q.max_attempts = pg::col_int32(0, 3);
     return q;
+}
+
+namespace {
+QueueCache &queue_cache() {
+    static QueueCache c;
+    return c;
+}
+}  // namespace
+
+QueueInfo lookup_queue_cached(const char *name) {
+    int64 now = pg::clock_now();
+    bool hit = false;
+    QueueDef def = {0, 0, 0};
+    pg::pure([&] {
+        if (auto d = queue_cache().get(name, now)) {
+            def = *d;
+            hit = true;
+        }
+    });
+    if (hit) return QueueInfo{def.queue_id, def.lease_us, def.max_attempts};
+    QueueInfo q = lookup_queue(name);
+    def = QueueDef{q.queue_id, q.lease_us, q.max_attempts};
+    pg::pure([&] { queue_cache().put(name, def, now); });
+    return q;
+}
+
+void forget_queues() {
+    pg::pure([&] { queue_cache().clear(); });
 }
 
 void unknown_queue(const char *name) {

@@ -16,6 +16,10 @@ struct QueueInfo {
 
 // Looks the queue up by name (SPI must be connected); 42704 if unknown.
 QueueInfo lookup_queue(const char *name);
+// The same through the backend's queue cache (core/queue_cache.hpp): for
+// the hot path of workers.
+QueueInfo lookup_queue_cached(const char *name);
+void forget_queues();
 [[noreturn]] void unknown_queue(const char *name);
 
 // Scan hints of this backend (see core/scan_hint.hpp).

@@ -66,3 +66,31 @@ private:
 };
 
 }  // namespace pgclaim
+
+namespace pgclaim {
+
+// When a backend next looks for scheduled items that are due (promotion),
+// per queue: at the earliest known run_at, and at least every kRecheckUs
+// (other sessions may schedule earlier items meanwhile; the background
+// worker, when preloaded, promotes on time anyway).
+class PromoteSchedule {
+public:
+    static constexpr int64_t kRecheckUs = 250'000;
+    bool due(int32_t queue_id, int64_t now_us) const {
+        auto it = next_.find(queue_id);
+        return it == next_.end() || now_us >= it->second;
+    }
+    // After a check at now_us; earliest_us: the earliest run_at still
+    // scheduled, if any.
+    void checked(int32_t queue_id, int64_t now_us, std::optional<int64_t> earliest_us) {
+        int64_t next = now_us + kRecheckUs;
+        if (earliest_us && *earliest_us < next) next = *earliest_us;
+        next_[queue_id] = next;
+    }
+    void forget_all() { next_.clear(); }
+
+private:
+    std::unordered_map<int32_t, int64_t> next_;
+};
+
+}  // namespace pgclaim

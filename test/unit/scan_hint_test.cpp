@@ -68,3 +68,34 @@ TEST(ScanHints, ForgetAndClockGoingBack) {
     h.forget_all();
     EXPECT_FALSE(h.start(2, 1'001).has_value());
 }
+
+TEST(PromoteSchedule, ChecksAtEarliestRunAtOrPeriodically) {
+    PromoteSchedule p;
+    EXPECT_TRUE(p.due(1, 0));
+    p.checked(1, 1'000, std::nullopt);
+    EXPECT_FALSE(p.due(1, 1'000 + PromoteSchedule::kRecheckUs - 1));
+    EXPECT_TRUE(p.due(1, 1'000 + PromoteSchedule::kRecheckUs));
+    p.checked(1, 2'000, 2'500);  // an item is due at 2.5 ms
+    EXPECT_FALSE(p.due(1, 2'499));
+    EXPECT_TRUE(p.due(1, 2'500));
+    EXPECT_TRUE(p.due(2, 2'000));  // per queue
+    p.forget_all();
+    EXPECT_TRUE(p.due(1, 0));
+}
+
+#include "core/queue_cache.hpp"
+
+TEST(QueueCache, EntriesExpireAndClear) {
+    QueueCache c;
+    EXPECT_FALSE(c.get("jobs", 0).has_value());
+    c.put("jobs", QueueDef{7, 30'000'000, 5}, 1'000);
+    auto d = c.get("jobs", 2'000);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->queue_id, 7);
+    EXPECT_EQ(d->max_attempts, 5);
+    EXPECT_FALSE(c.get("other", 2'000).has_value());
+    EXPECT_FALSE(c.get("jobs", 1'000 + QueueCache::kTtlUs).has_value());
+    EXPECT_FALSE(c.get("jobs", 500).has_value());  // clock went back
+    c.clear();
+    EXPECT_FALSE(c.get("jobs", 2'000).has_value());
+}

@@ -1,0 +1,49 @@
+// Pure layer: never includes postgres.h.
+//
+// A backend's cache of queue definitions for the hot path (claim_next).
+// Queues cannot be altered, only dropped and created again, so an entry is
+// right until its queue is dropped; entries live kTtlUs so that a drop in
+// another session is noticed within that time (until then, claims on the
+// dropped queue find nothing). A drop in this session clears the cache.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace pgclaim {
+
+struct QueueDef {
+    int32_t queue_id;
+    int64_t lease_us;
+    int32_t max_attempts;
+};
+
+class QueueCache {
+public:
+    static constexpr int64_t kTtlUs = 1'000'000;
+    static constexpr size_t kMaxEntries = 1024;
+
+    std::optional<QueueDef> get(std::string_view name, int64_t now_us) const {
+        auto it = map_.find(std::string(name));
+        if (it == map_.end()) return std::nullopt;
+        if (now_us < it->second.at_us || now_us - it->second.at_us >= kTtlUs) return std::nullopt;
+        return it->second.def;
+    }
+    void put(std::string_view name, const QueueDef &def, int64_t now_us) {
+        if (map_.size() >= kMaxEntries) map_.clear();
+        map_[std::string(name)] = Entry{def, now_us};
+    }
+    void clear() { map_.clear(); }
+
+private:
+    struct Entry {
+        QueueDef def;
+        int64_t at_us;
+    };
+    std::unordered_map<std::string, Entry> map_;
+};
+
+}  // namespace pgclaim
