@@ -1,0 +1,244 @@
+-- Trigger enqueue (issue 3): claim.enqueue_trigger at row and statement
+-- level, its options, and every error it raises when the trigger fires.
+CREATE EXTENSION pg_claim;
+
+CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+-- The items of a queue, oldest first.
+CREATE FUNCTION pg_temp.items(q text)
+RETURNS TABLE (n bigint, group_key text, priority int, payload jsonb)
+LANGUAGE sql AS $$
+    SELECT row_number() OVER (ORDER BY i.id), i.group_key, i.priority, i.payload
+    FROM claim.items i JOIN claim.queues qq ON qq.queue_id = i.queue_id
+    WHERE qq.name = q AND i.state = 'r' ORDER BY i.id
+$$;
+CREATE FUNCTION pg_temp.clear(q text) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM claim.claims WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = q);
+    DELETE FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = q);
+$$;
+
+SELECT claim.create_queue('changes');
+
+-- ------------------------------------------------------------ row level
+CREATE TABLE orders (id int PRIMARY KEY, customer int, note text);
+CREATE TRIGGER orders_changes AFTER INSERT OR UPDATE OR DELETE ON orders
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id');
+INSERT INTO orders VALUES (1, 10, 'first'), (2, 20, NULL);
+UPDATE orders SET note = 'second' WHERE id = 1;
+DELETE FROM orders WHERE id = 2;
+SELECT * FROM pg_temp.items('changes');
+
+-- same transaction: gone with a rollback, kept with a commit
+BEGIN;
+INSERT INTO orders VALUES (3, 30, 'rolled back');
+SELECT count(*) AS visible_inside FROM pg_temp.items('changes');
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM pg_temp.items('changes');
+BEGIN;
+INSERT INTO orders VALUES (4, 40, 'kept');
+SAVEPOINT s;
+INSERT INTO orders VALUES (5, 50, 'undone');
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT n, group_key, payload->'new'->>'note' AS note FROM pg_temp.items('changes') WHERE n > 3;
+-- the items are claimable like any other
+SELECT count(*) AS claimed FROM claim.claim_next('changes', 10);
+SELECT pg_temp.clear('changes');
+
+-- no group column; a NULL group value; a non-text group column; priority
+CREATE TABLE notes (k text, body text, num numeric);
+CREATE TRIGGER notes_plain AFTER INSERT ON notes
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes');
+CREATE TRIGGER notes_grouped AFTER UPDATE ON notes
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'num', 'priority=7');
+INSERT INTO notes VALUES ('a', 'x', 1.50);
+UPDATE notes SET body = 'y';
+UPDATE notes SET num = NULL;
+SELECT n, group_key, priority, payload->>'op' AS op FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+DROP TABLE notes;
+
+-- every column type goes through to_jsonb; the schema is the table's own
+CREATE SCHEMA shop;
+CREATE TABLE shop."Line Items" (id bigint, tags text[], at date, doc jsonb, price numeric, ok boolean);
+CREATE TRIGGER li AFTER INSERT ON shop."Line Items"
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id');
+INSERT INTO shop."Line Items" VALUES (7, '{a,b}', '2024-02-29', '{"x": [1, 2]}', 9.99, true);
+SELECT n, group_key, payload FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+
+-- ------------------------------------------------------------ coalesce
+CREATE TABLE accounts (id int PRIMARY KEY, balance int);
+CREATE TRIGGER accounts_changes AFTER INSERT OR UPDATE OR DELETE ON accounts
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id', 'coalesce');
+INSERT INTO accounts VALUES (1, 100);
+-- an INSERT is not merged into by an UPDATE; repeated UPDATEs are merged:
+-- the first "old", the latest "new", the same item
+UPDATE accounts SET balance = 110 WHERE id = 1;
+SELECT max(id) AS upd_id FROM claim.items \gset
+UPDATE accounts SET balance = 120 WHERE id = 1;
+UPDATE accounts SET balance = 130 WHERE id = 1;
+SELECT n, group_key, payload->>'op' AS op, payload->'old'->>'balance' AS old,
+       payload->'new'->>'balance' AS new FROM pg_temp.items('changes');
+SELECT max(id) = :upd_id AS same_item FROM claim.items;
+-- one UPDATE statement changing several rows: one item per group
+INSERT INTO accounts VALUES (2, 200);
+UPDATE accounts SET balance = balance + 1;
+SELECT n, group_key, payload->>'op' AS op, payload->'old'->>'balance' AS old,
+       payload->'new'->>'balance' AS new FROM pg_temp.items('changes');
+-- a claimed item is never changed: the next change is a new item
+SELECT string_agg(payload->'new'->>'balance', ',' ORDER BY id) AS claimed
+FROM claim.group_claim('changes', group_key => '1');
+UPDATE accounts SET balance = 140 WHERE id = 1;
+UPDATE accounts SET balance = 150 WHERE id = 1;
+SELECT i.payload->>'op' AS op, i.payload->'old'->>'balance' AS old,
+       i.payload->'new'->>'balance' AS new, c.item_id IS NOT NULL AS claimed
+FROM claim.items i LEFT JOIN claim.claims c ON c.item_id = i.id
+WHERE i.group_key = '1' ORDER BY i.id;
+-- a DELETE is its own item; DELETEs are not merged into an UPDATE
+DELETE FROM accounts WHERE id = 2;
+SELECT n, group_key, payload->>'op' AS op, payload ? 'new' AS has_new,
+       payload->'old'->>'balance' AS old FROM pg_temp.items('changes') WHERE group_key = '2';
+-- a scheduled item (e.g. backing off) is not merged into
+SELECT pg_temp.clear('changes');
+UPDATE accounts SET balance = 1 WHERE id = 1;
+UPDATE claim.items SET run_at = clock_timestamp() + interval '1 hour';
+UPDATE accounts SET balance = 2 WHERE id = 1;
+SELECT n, payload->'new'->>'balance' AS new FROM pg_temp.items('changes');
+-- only the newest item of the group is merged into: changes are not reordered
+SELECT pg_temp.clear('changes');
+CREATE TABLE audits (account int, what text);
+CREATE TRIGGER audits_changes AFTER INSERT OR UPDATE ON audits
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'account', 'coalesce');
+INSERT INTO audits VALUES (1, 'opened');
+UPDATE accounts SET balance = 3 WHERE id = 1;
+UPDATE audits SET what = 'checked';
+UPDATE accounts SET balance = 4 WHERE id = 1;
+UPDATE accounts SET balance = 5 WHERE id = 1;
+SELECT n, payload->>'table' AS tbl, payload->>'op' AS op, payload->'new' AS new
+FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+DROP TABLE audits, accounts;
+
+-- ------------------------------------------------------------ statement level
+CREATE TABLE bulk (id int, grp text, v int);
+CREATE TRIGGER bulk_ins AFTER INSERT ON bulk REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp');
+CREATE TRIGGER bulk_upd AFTER UPDATE ON bulk REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'priority=3');
+CREATE TRIGGER bulk_del AFTER DELETE ON bulk REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes');
+CREATE TRIGGER bulk_trunc AFTER TRUNCATE ON bulk
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes');
+INSERT INTO bulk SELECT g, 'g' || (g % 2), g * 10 FROM generate_series(1, 4) g;
+UPDATE bulk SET v = v + 1 WHERE id <= 2;
+DELETE FROM bulk WHERE id = 4;
+UPDATE bulk SET v = 0 WHERE false;
+TRUNCATE bulk;
+SELECT * FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+BEGIN;
+INSERT INTO bulk SELECT g, NULL, g FROM generate_series(1, 1000) g;
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM pg_temp.items('changes');
+DROP TABLE bulk;
+
+-- only NEW TABLE on UPDATE: the items carry "new" only
+CREATE TABLE bulk2 (id int, v int);
+CREATE TRIGGER bulk2_upd AFTER UPDATE ON bulk2 REFERENCING NEW TABLE AS nn
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id');
+INSERT INTO bulk2 VALUES (1, 1);
+UPDATE bulk2 SET v = 2;
+SELECT * FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+DROP TABLE bulk2;
+
+-- statement level with coalesce: one item per group for the statement,
+-- merged into the newest unclaimed item of the group
+CREATE TABLE bulk3 (id int, grp text, v int);
+CREATE TRIGGER bulk3_upd AFTER UPDATE ON bulk3 REFERENCING OLD TABLE AS o NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'coalesce');
+INSERT INTO bulk3 VALUES (1, 'a', 1), (2, 'b', 2), (3, 'a', 3), (4, NULL, 4), (5, NULL, 5);
+UPDATE bulk3 SET v = v + 10;
+UPDATE bulk3 SET v = v + 100 WHERE grp = 'a';
+SELECT n, group_key, payload->'old'->>'id' AS old_id, payload->'old'->>'v' AS old_v,
+       payload->'new'->>'id' AS new_id, payload->'new'->>'v' AS new_v
+FROM pg_temp.items('changes');
+SELECT pg_temp.clear('changes');
+DROP TABLE bulk3;
+
+-- ------------------------------------------------------------ errors
+CREATE TABLE t (id int, v int);
+INSERT INTO t VALUES (1, 1);
+-- the change fails with the trigger: nothing is silently dropped
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('nope');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('nope');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'missing');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'ctid');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'ID');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER UPDATE ON t FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SELECT pg_temp.try($$UPDATE t SET v = 3$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER DELETE ON t FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SELECT pg_temp.try($$DELETE FROM t$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger();
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('bad name');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id', 'debounce');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', '', 'coalesce');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE TRIGGER bad AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'id', 'priority=high');
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+DROP TRIGGER bad ON t;
+CREATE VIEW tv AS SELECT * FROM t;
+CREATE TRIGGER bad INSTEAD OF INSERT ON tv FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SELECT pg_temp.try($$INSERT INTO tv VALUES (2, 2)$$);
+DROP VIEW tv;
+SELECT pg_temp.try($$SELECT claim.enqueue_trigger()$$);
+-- none of the failed changes happened, nothing was enqueued
+SELECT count(*) AS rows_in_t FROM t;
+SELECT count(*) AS items FROM pg_temp.items('changes');
+
+-- the trigger runs with the privileges of the role that changes the table
+CREATE ROLE regress_pgclaim_app;
+GRANT ALL ON t TO regress_pgclaim_app;
+CREATE TRIGGER t_changes AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes');
+SET ROLE regress_pgclaim_app;
+SELECT pg_temp.try($$INSERT INTO t VALUES (2, 2)$$);
+RESET ROLE;
+DROP TABLE t;
+DROP ROLE regress_pgclaim_app;
+
+DROP SCHEMA shop CASCADE;
+DROP TABLE orders;
+DROP EXTENSION pg_claim;
