@@ -30,6 +30,11 @@ ScanHints &pgclaim::api::hints() {
     return h;
 }
 
+PromoteSchedule &pgclaim::api::promote_schedule() {
+    static PromoteSchedule p;
+    return p;
+}
+
 namespace {
 
 // --- statements ---------------------------------------------------------------
@@ -155,11 +160,6 @@ Stmt s_live_count_at = {
 
 // --- helpers ------------------------------------------------------------------
 
-PromoteSchedule &promote_schedule() {
-    static PromoteSchedule p;
-    return p;
-}
-
 Datum int8_array(const int64 *v, int n) {
     Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
     for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
@@ -235,7 +235,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     // Scheduled items that are due become ready (in place, keeping their id).
     bool check_due = true;
-    pg::pure([&] { check_due = promote_schedule().due(q.queue_id, now); });
+    pg::pure([&] { check_due = api::promote_schedule().due(q.queue_id, now); });
     if (check_due) {
         Datum v[2] = {Int32GetDatum(q.queue_id), TimestampTzGetDatum(now)};
         pg::run(s_promote, v, nullptr);
@@ -244,7 +244,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         Datum next = pg::col(0, 2, &isnull);
         int64 next_us = isnull ? 0 : DatumGetTimestampTz(next);
         pg::pure([&] {
-            promote_schedule().checked(q.queue_id, now,
+            api::promote_schedule().checked(q.queue_id, now,
                                        isnull ? std::nullopt : std::optional<int64_t>(next_us));
         });
     }

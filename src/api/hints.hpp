@@ -6,4 +6,5 @@
 namespace pgclaim::api {
 // Only touch it inside pg::pure(): its methods may allocate.
 ScanHints &hints();
+PromoteSchedule &promote_schedule();
 }  // namespace pgclaim::api

@@ -3,6 +3,11 @@
 
 #include "api/hints.hpp"
 #include "core/error.hpp"
+
+extern "C" {
+#include "catalog/namespace.h"
+#include "utils/lsyscache.h"
+}
 #include "core/queue_cache.hpp"
 
 namespace pgclaim::api {
@@ -32,6 +37,7 @@ QueueCache &queue_cache() {
 }  // namespace
 
 QueueInfo lookup_queue_cached(const char *name) {
+    sync_caches();
     int64 now = pg::clock_now();
     bool hit = false;
     QueueDef def = {0, 0, 0};
@@ -46,6 +52,19 @@ QueueInfo lookup_queue_cached(const char *name) {
     def = QueueDef{q.queue_id, q.lease_us, q.max_attempts};
     pg::pure([&] { queue_cache().put(name, def, now); });
     return q;
+}
+
+void sync_caches() {
+    static Oid seen = InvalidOid;
+    Oid nsp = get_namespace_oid("claim", true);
+    Oid rel = OidIsValid(nsp) ? get_relname_relid("items", nsp) : InvalidOid;
+    if (rel == seen) return;
+    seen = rel;
+    pg::pure([&] {
+        queue_cache().clear();
+        hints().forget_all();
+        promote_schedule().forget_all();
+    });
 }
 
 void forget_queues() {

@@ -20,6 +20,11 @@ QueueInfo lookup_queue(const char *name);
 // the hot path of workers.
 QueueInfo lookup_queue_cached(const char *name);
 void forget_queues();
+
+// The backend's caches (queues, scan hints, promotion schedule) describe one
+// installation of the extension: when claim.items is not the table they were
+// filled from (DROP and CREATE EXTENSION reuse queue ids), they are cleared.
+void sync_caches();
 [[noreturn]] void unknown_queue(const char *name);
 
 // Scan hints of this backend (see core/scan_hint.hpp).
