@@ -29,7 +29,9 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/twophase.h"
 #include "catalog/pg_database.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
+#include "common/hashfn.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "nodes/parsenodes.h"
@@ -42,6 +44,7 @@ extern "C" {
 #include "storage/shmem.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/wait_event.h"
@@ -339,6 +342,20 @@ Stmt s_notify = {
     "WHERE $2 OR q.queue_id = ANY ($1)",
     2, {INT4ARRAYOID, BOOLOID}, nullptr};
 
+// Leases (sql/install/20_leases.sql): holders that expired since the last
+// look free their slots; the next expiry bounds the sleep.
+Stmt s_lease_expired = {
+    "SELECT name, count(*)::int8 FROM claim.lease_holders "
+    "WHERE expires_at <= $1 AND expires_at > $2 GROUP BY name",
+    2, {TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
+Stmt s_lease_next = {"SELECT min(expires_at) FROM claim.lease_holders WHERE expires_at > $1", 1,
+                     {TIMESTAMPTZOID}, nullptr};
+
+bool have_leases() {
+    Oid nsp = get_namespace_oid("claim", true);
+    return OidIsValid(nsp) && OidIsValid(get_relname_relid("lease_holders", nsp));
+}
+
 struct QueueCount {
     int32 queue_id;
     int64 count;
@@ -432,6 +449,22 @@ TimestampTz cycle(bool full, TimestampTz *last_expiry, TimestampTz next_due) {
             int64 c = pg::col_int64(r, 2);
             add_count(ready, &nready, cap, pg::col_int32(r, 1), c);
             expired += c;
+        }
+        // (c) lease holders that expired: wake waiters of those names (the
+        //     key is the lease's wake key: a 64-bit hash of the name's bytes).
+        if (have_leases()) {
+            rows = pg::run(s_lease_expired, v3, nullptr);
+            for (uint64 r = 0; r < rows; ++r) {
+                bool isnull;
+                text *t = DatumGetTextPP(pg::col(r, 1, &isnull));
+                uint64 key = hash_bytes_extended((const unsigned char *)VARDATA_ANY(t),
+                                                 (int)VARSIZE_ANY_EXHDR(t), 0);
+                notify_ready(WaitKind::Lease, (int64)key, pg::col_int64(r, 2));
+            }
+            pg::run(s_lease_next, v1, nullptr);
+            bool isnull;
+            Datum t = pg::col(0, 1, &isnull);
+            if (!isnull && DatumGetTimestampTz(t) < next) next = DatumGetTimestampTz(t);
         }
         *last_expiry = now;
         // (d) when to look again.
