@@ -188,6 +188,16 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_assert_token';
 
+-- Internal: waits for and takes pg_claim's transaction-level lock on an item
+-- (see "How claiming works" in the README). complete() calls it inside its
+-- DELETE so that finding, locking and finishing a claim is one statement.
+-- Taking it only delays other sessions' work on that item until the
+-- caller's transaction ends.
+CREATE FUNCTION claim._lock_item(item_id bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE STRICT PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_lock_item';
+
 CREATE FUNCTION claim.redrive(queue text, ids bigint[] DEFAULT NULL)
 RETURNS integer
 LANGUAGE c VOLATILE PARALLEL UNSAFE

@@ -103,19 +103,19 @@ Stmt s_kill_expired = {
 
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
                       {INT8OID}, nullptr};
-Stmt s_tokens_items = {
-    "SELECT item_id FROM claim.claims WHERE token = ANY ($1) ORDER BY item_id", 1,
-    {INT8ARRAYOID}, nullptr};
 
+// The item lock is taken inside the DELETE, after the claim row was found
+// and before it is deleted: if a claimer changed the row meanwhile (it held
+// the lock), the DELETE re-checks the new row version and skips it.
 Stmt s_complete = {
     "WITH c AS (DELETE FROM claim.claims WHERE token = $1 AND lease_until > $2"
-    "           RETURNING item_id) "
+    "           AND claim._lock_item(item_id) RETURNING item_id) "
     "DELETE FROM claim.items i USING c WHERE i.id = c.item_id",
     2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_complete_many = {
     "WITH c AS (DELETE FROM claim.claims WHERE token = ANY ($1) AND lease_until > $2"
-    "           RETURNING item_id, token), "
+    "           AND claim._lock_item(item_id) RETURNING item_id, token), "
     "d AS (DELETE FROM claim.items i USING c WHERE i.id = c.item_id RETURNING c.token) "
     "SELECT (SELECT count(*) FROM d)::int4,"
     "       ARRAY(SELECT t FROM (SELECT unnest($1) EXCEPT SELECT token FROM d) x(t)"
@@ -406,7 +406,6 @@ PGCLAIM_FUNCTION(pgclaim_complete) {
     pg::require_primary("claim.complete");
     int64 token = PG_GETARG_INT64(0);
     SPI_connect();
-    lock_token_items(token);
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     uint64 n = pg::run(s_complete, v, nullptr);
     if (n == 0) refuse(token);
@@ -426,13 +425,6 @@ PGCLAIM_FUNCTION(pgclaim_complete_many) {
     if (ArrayGetNItems(ARR_NDIM(tokens), ARR_DIMS(tokens)) == 0) PG_RETURN_INT32(0);
 
     SPI_connect();
-    {
-        Datum v[1] = {PointerGetDatum(tokens)};
-        uint64 n = pg::run(s_tokens_items, v, nullptr);
-        int64 *ids = (int64 *)palloc(sizeof(int64) * (n > 0 ? n : 1));
-        for (uint64 i = 0; i < n; ++i) ids[i] = pg::col_int64(i, 1);
-        for (uint64 i = 0; i < n; ++i) pg::lock_item(ids[i], true);
-    }
     Datum v[2] = {PointerGetDatum(tokens), TimestampTzGetDatum(pg::clock_now())};
     pg::run(s_complete_many, v, nullptr);
     int32 done = pg::col_int32(0, 1);
@@ -556,4 +548,9 @@ PGCLAIM_FUNCTION(pgclaim_assert_token) {
     if (held == 0 || pg::col_int32(0, 1) != held) refuse(token);
     SPI_finish();
     PG_RETURN_VOID();
+}
+
+PGCLAIM_FUNCTION(pgclaim_lock_item) {
+    pg::lock_item(PG_GETARG_INT64(0), true);
+    PG_RETURN_BOOL(true);
 }
