@@ -43,18 +43,20 @@ namespace {
 constexpr const char *kTriggerProtocol = "39P01";  // trigger_protocol_violated
 constexpr const char *kUndefinedColumn = "42703";
 
-// Payload from op, schema, table and the rows as jsonb ($7 new, $8 old: NULL
-// when absent). Returns the queue id; no row when the queue does not exist.
-#define PAYLOAD_EXPR(op, schema, table, nj, oj)                                    \
-    "jsonb_build_object('op', " op ", 'schema', " schema ", 'table', " table ")"   \
-    " || CASE WHEN " nj " IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('new', " nj ") END" \
-    " || CASE WHEN " oj " IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('old', " oj ") END"
+// One item: $1 queue name, $2 priority, $3 group key, $4 op, $5 schema,
+// $6 table, $7 the row(s) as jsonb. One statement per shape of payload, so
+// the row is copied into the payload once. Returns the queue id; no row when
+// the queue does not exist.
+#define INSERT_ITEM(payload)                                                      \
+    "INSERT INTO claim.items (queue_id, priority, group_key, payload) "          \
+    "SELECT q.queue_id, $2, $3, jsonb_build_object('op', $4, 'schema', $5, 'table', $6" \
+    payload ") FROM claim.queues q WHERE q.name = $1 RETURNING queue_id"
+#define INSERT_TYPES {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID}
 
-Stmt s_insert = {
-    "INSERT INTO claim.items (queue_id, priority, group_key, payload) "
-    "SELECT q.queue_id, $2, $3, " PAYLOAD_EXPR("$4", "$5", "$6", "$7", "$8") " "
-    "FROM claim.queues q WHERE q.name = $1 RETURNING queue_id",
-    8, {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID}, nullptr};
+Stmt s_insert_new = {INSERT_ITEM(", 'new', $7"), 7, INSERT_TYPES, nullptr};
+Stmt s_insert_old = {INSERT_ITEM(", 'old', $8"), 8, INSERT_TYPES, nullptr};
+Stmt s_insert_both = {INSERT_ITEM(", 'new', $7, 'old', $8"), 8, INSERT_TYPES, nullptr};
+Stmt s_insert_none = {INSERT_ITEM(""), 6, INSERT_TYPES, nullptr};
 
 // The newest pending item of the group, if it is a coalescing target.
 Stmt s_co_find = {
@@ -140,7 +142,8 @@ void enqueue_change(const Change &ch, Datum nj, Datum oj, const char *group) {
                   nj,                             oj};
     char nulls[9] = {' ', ' ', group ? ' ' : 'n', ' ', ' ', ' ', nj ? ' ' : 'n', oj ? ' ' : 'n',
                      '\0'};
-    if (pg::run(s_insert, v, nulls) == 0) api::unknown_queue(ch.queue);
+    Stmt &st = nj && oj ? s_insert_both : nj ? s_insert_new : oj ? s_insert_old : s_insert_none;
+    if (pg::run(st, v, nulls) == 0) api::unknown_queue(ch.queue);
     worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1));
 }
 
@@ -214,10 +217,13 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
                          gcol ? "(n." : "NULL::text", gcol ? gcol : "", gcol ? ")::text" : "",
                          quote_identifier(newtab), quote_identifier(oldtab));
     } else {
+        // The scan returns the rows in statement order: numbering them is
+        // only needed when coalescing (to keep the first "old").
         bool is_new = newtab != nullptr;
         appendStringInfo(&rows,
-                         "SELECT row_number() OVER () AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
+                         "SELECT %s AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
                          "FROM %s r",
+                         ch.coalesce ? "row_number() OVER ()" : "0::bigint",
                          is_new ? "to_jsonb(r)" : "NULL::jsonb",
                          is_new ? "NULL::jsonb" : "to_jsonb(r)", gcol ? "(r." : "NULL::text",
                          gcol ? gcol : "", gcol ? ")::text" : "",
@@ -233,7 +239,7 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
     if (!ch.coalesce) {
         appendStringInfo(&sql,
                          "INSERT INTO claim.items (queue_id, priority, group_key, payload) "
-                         "SELECT $1, $2, r.g, %s FROM (%s) r ORDER BY r.rn",
+                         "SELECT $1, $2, r.g, %s FROM (%s) r%s",
                          newtab && oldtab
                              ? "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
                                "'new', r.nj, 'old', r.oj)"
@@ -241,7 +247,7 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
                                     "'new', r.nj)"
                                   : "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
                                     "'old', r.oj)",
-                         rows.data);
+                         rows.data, newtab && oldtab ? " ORDER BY r.rn" : "");
         Oid types[5] = {INT4OID, INT4OID, TEXTOID, TEXTOID, TEXTOID};
         Datum v[5] = {Int32GetDatum(q.queue_id), Int32GetDatum(ch.priority),
                       CStringGetTextDatum(ch.op), CStringGetTextDatum(ch.schema),
