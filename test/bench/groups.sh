@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# pg_claim bench for issue 3 (group claims and trigger enqueue): each figure
+# beside its baseline, measured in the same run, with the ratio and target.
+#
+#   bash test/bench/groups.sh            15 s windows (~4 min)
+#   QUICK=1 bash test/bench/groups.sh    5 s windows (~2 min)
+#
+# 1. group_claim + complete(token) over 1M items spread across 100k groups
+#    (group = id mod 100000, so every group has 10 items interleaved with all
+#    others) vs claim_next + complete over 1M items without group keys, both
+#    with 16 clients; items/s from the items consumed in the window.
+#    Baselines: claim_next(n => 10) (the same number of items per call as a
+#    group claim here) and claim_next(n => 1). Target: >= 0.5x.
+# 2. a 100k-row INSERT ... SELECT into a table with the statement-level
+#    trigger (REFERENCING NEW TABLE, group column) vs the same insert into the
+#    same table without a trigger; best of 3. Target: >= 0.5x. The tables are
+#    orders-like: (id bigint PRIMARY KEY, customer int, note text, amount
+#    numeric); every row becomes one item (one heap row and three index
+#    entries in claim.items, plus its jsonb payload).
+# 3. single-row INSERT transactions (16 clients) into a table with the
+#    row-level trigger vs without. Target: >= 0.7x.
+#
+# Environment: BENCH_DURATION (seconds per window), BENCH_GROUPS_OUT (output
+# directory, default test/bench/out/groups), BENCH_KEEP=1 keeps the cluster.
+# As root the server runs as the OS user pgclaim; the cluster lives in a temp
+# directory with its own unix socket and is removed at exit. pg_claim must be
+# installed (make && make install).
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT=${BENCH_GROUPS_OUT:-$HERE/out/groups}
+if [[ ${QUICK:-0} == 1 ]]; then DUR=${BENCH_DURATION:-5}; else DUR=${BENCH_DURATION:-15}; fi
+CLIENTS=16
+THREADS=4
+ITEMS=1000000
+NGROUPS=100000
+BULK_ROWS=100000
+PORT=5497
+RUN_USER=pgclaim
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+[[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
+PGBIN=$("$PG_CONFIG" --bindir)
+
+log() { printf '[groups-bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (make && make install)"
+if [[ $(id -u) == 0 ]]; then
+    id "$RUN_USER" >/dev/null 2>&1 || die "OS user $RUN_USER missing (run test/setup.sh)"
+    AS=(runuser -u "$RUN_USER" --)
+    DBUSER=$RUN_USER
+else
+    AS=()
+    DBUSER=$(id -un)
+fi
+
+WORK=$(mktemp -d /tmp/pg_claim-groups-bench.XXXXXX)
+chmod 755 "$WORK"
+[[ $(id -u) == 0 ]] && chown "$RUN_USER:" "$WORK"
+mkdir -p "$OUT/logs"
+DATA=$WORK/data
+SOCK=$WORK
+S=$WORK/scripts
+
+cleanup() {
+    "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" stop -m fast >/dev/null 2>&1 || true
+    cp "$WORK/server.log" "$OUT/logs/server.log" 2>/dev/null || true
+    if [[ ${BENCH_KEEP:-0} == 1 ]]; then log "cluster kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+log "initdb in $WORK"
+"${AS[@]}" "$PGBIN/initdb" -D "$DATA" -A trust -U "$DBUSER" >"$OUT/logs/initdb.log" 2>&1
+cat >>"$DATA/postgresql.conf" <<EOF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$SOCK'
+shared_preload_libraries = 'pg_claim'
+shared_buffers = 1GB
+max_connections = 100
+max_locks_per_transaction = 256
+synchronous_commit = on
+checkpoint_timeout = 30min
+max_wal_size = 8GB
+autovacuum_naptime = 5s
+EOF
+"${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w start >/dev/null
+PSQL=("${AS[@]}" "$PGBIN/psql" -h "$SOCK" -p "$PORT" -U "$DBUSER" -X -q -v ON_ERROR_STOP=1 -d postgres)
+# q SQL: statements run one by one (autocommit), tuples only
+q() { printf '%s\n' "$1" | "${AS[@]}" "$PGBIN/psql" -h "$SOCK" -p "$PORT" -U "$DBUSER" -X -q -At -v ON_ERROR_STOP=1 -d postgres -f -; }
+
+mkdir -p "$S"
+[[ $(id -u) == 0 ]] && chown "$RUN_USER:" "$S"
+
+# run_pgbench NAME SCRIPT -> TPS
+run_pgbench() {
+    local name=$1 script=$2
+    "${AS[@]}" "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DUR" \
+        -h "$SOCK" -p "$PORT" -U "$DBUSER" -f "$script" postgres >"$OUT/logs/$name.log" 2>&1 \
+        || { tail -n 20 "$OUT/logs/$name.log" >&2; die "pgbench $name failed"; }
+    TPS=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$OUT/logs/$name.log" | tail -n 1)
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+q "CREATE EXTENSION pg_claim"
+
+# --------------------------------------------------------------------------- 1. group_claim
+log "filling 2 queues with $ITEMS items each (grouped: $NGROUPS groups)"
+q "SELECT claim.create_queue('grouped', lease => '5 minutes'); SELECT claim.create_queue('plain', lease => '5 minutes')"
+q "DO \$\$
+DECLARE c int := 10000;
+BEGIN
+  FOR s IN 0 .. ($ITEMS / c) - 1 LOOP
+    PERFORM count(*) FROM claim.enqueue_batch('grouped',
+        (SELECT array_agg(jsonb_build_object('n', g) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g),
+        (SELECT array_agg('g' || (g % $NGROUPS) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g));
+    PERFORM count(*) FROM claim.enqueue_batch('plain',
+        (SELECT array_agg(jsonb_build_object('n', g) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g));
+  END LOOP;
+END \$\$;"
+q "VACUUM ANALYZE claim.items; CHECKPOINT"
+
+cat >"$S/group_claim.sql" <<'EOF'
+SELECT claim.complete(t) FROM (SELECT min(token) AS t FROM claim.group_claim('grouped')) s WHERE t IS NOT NULL;
+EOF
+cat >"$S/claim_next10.sql" <<'EOF'
+SELECT claim.complete(a) FROM (SELECT array_agg(token) AS a FROM claim.claim_next('plain', 10)) s WHERE a IS NOT NULL;
+EOF
+cat >"$S/claim_next1.sql" <<'EOF'
+SELECT claim.complete(token) FROM claim.claim_next('plain');
+EOF
+
+count_items() { q "SELECT count(*) FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = '$1'"; }
+# items_per_s NAME QUEUE SCRIPT -> RATE
+items_per_s() {
+    local before after
+    before=$(count_items "$2")
+    run_pgbench "$1" "$3"
+    after=$(count_items "$2")
+    RATE=$(awk -v a="$before" -v b="$after" -v d="$DUR" 'BEGIN { printf "%.0f", (a - b) / d }')
+    log "$1: $((before - after)) items in ${DUR}s = $RATE items/s ($TPS calls/s)"
+}
+items_per_s claim_next10 plain "$S/claim_next10.sql";  R_NEXT10=$RATE
+items_per_s group_claim grouped "$S/group_claim.sql";  R_GROUP=$RATE; T_GROUP=$TPS
+items_per_s claim_next1 plain "$S/claim_next1.sql";    R_NEXT1=$RATE
+GROUP_ITEMS_PER_CALL=$(awk -v r="$R_GROUP" -v t="$T_GROUP" 'BEGIN { if (t > 0) printf "%.1f", r / t; else print "n/a" }')
+
+# --------------------------------------------------------------------------- 2. statement-level bulk insert
+log "bulk INSERT ... SELECT of $BULK_ROWS rows, with and without the statement-level trigger"
+q "SELECT claim.create_queue('changes');
+   CREATE TABLE bulk_plain (id bigint PRIMARY KEY, customer int, note text, amount numeric);
+   CREATE TABLE bulk_trig (LIKE bulk_plain INCLUDING ALL);
+   CREATE TRIGGER bulk_changes AFTER INSERT ON bulk_trig REFERENCING NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'customer');"
+bulk_ms() {
+    local table=$1 best="" ms i
+    for i in 1 2 3; do
+        q "TRUNCATE $table; DELETE FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')" >/dev/null
+        q "VACUUM claim.items; VACUUM $table; CHECKPOINT" >/dev/null
+        ms=$("${AS[@]}" "$PGBIN/psql" -h "$SOCK" -p "$PORT" -U "$DBUSER" -X -q -v ON_ERROR_STOP=1 -d postgres <<EOF | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -n 1
+\timing on
+INSERT INTO $table SELECT g, g % 5000, 'note ' || g, g * 1.5 FROM generate_series(1, $BULK_ROWS) g;
+EOF
+)
+        log "  $table run $i: $ms ms"
+        if [[ -z $best ]] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$ms; fi
+    done
+    BEST=$best
+}
+bulk_ms bulk_plain; MS_PLAIN=$BEST
+bulk_ms bulk_trig;  MS_TRIG=$BEST
+ENQ=$(q "SELECT count(*) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')")
+[[ $ENQ == "$BULK_ROWS" ]] || die "statement trigger enqueued $ENQ items, expected $BULK_ROWS"
+RPS_PLAIN=$(awk -v m="$MS_PLAIN" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
+RPS_TRIG=$(awk -v m="$MS_TRIG" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
+
+# --------------------------------------------------------------------------- 3. row-level single-row inserts
+log "single-row INSERT transactions, $CLIENTS clients, with and without the row-level trigger"
+q "CREATE TABLE rows_plain (id bigserial PRIMARY KEY, customer int, note text, amount numeric);
+   CREATE TABLE rows_trig (LIKE rows_plain INCLUDING ALL);
+   CREATE TRIGGER rows_changes AFTER INSERT OR UPDATE OR DELETE ON rows_trig
+     FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'customer');
+   TRUNCATE claim.items, claim.claims; VACUUM ANALYZE; CHECKPOINT"
+cat >"$S/rows_plain.sql" <<'EOF'
+\set c random(1, 100000)
+INSERT INTO rows_plain (customer, note, amount) VALUES (:c, 'note', 12.5);
+EOF
+sed 's/rows_plain/rows_trig/' "$S/rows_plain.sql" >"$S/rows_trig.sql"
+run_pgbench rows_plain "$S/rows_plain.sql"; TPS_ROWS_PLAIN=$TPS
+run_pgbench rows_trig "$S/rows_trig.sql";   TPS_ROWS_TRIG=$TPS
+ENQ_ROWS=$(q "SELECT (SELECT count(*) FROM claim.items) = (SELECT count(*) FROM rows_trig)")
+[[ $ENQ_ROWS == t ]] || die "row trigger: items and rows differ"
+
+# --------------------------------------------------------------------------- summary
+{
+    echo "pg_claim groups bench — PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, $CLIENTS clients, pgbench -M prepared, ${DUR}s windows"
+    printf '%-58s %14s %14s %7s %7s\n' "figure" "pg_claim" "baseline" "ratio" "target"
+    printf '%-58s %14s %14s %7s %7s\n' "group_claim+complete vs claim_next(n=>10)+complete, items/s" "$R_GROUP" "$R_NEXT10" "$(ratio "$R_GROUP" "$R_NEXT10")" ">=0.5"
+    printf '%-58s %14s %14s %7s %7s\n' "group_claim+complete vs claim_next(n=>1)+complete, items/s" "$R_GROUP" "$R_NEXT1" "$(ratio "$R_GROUP" "$R_NEXT1")" ">=0.5"
+    printf '%-58s %14s %14s %7s %7s\n' "100k-row INSERT..SELECT, statement trigger vs none, rows/s" "$RPS_TRIG" "$RPS_PLAIN" "$(ratio "$RPS_TRIG" "$RPS_PLAIN")" ">=0.5"
+    printf '%-58s %14s %14s %7s %7s\n' "single-row INSERT, row trigger vs none, tx/s" "${TPS_ROWS_TRIG%.*}" "${TPS_ROWS_PLAIN%.*}" "$(ratio "$TPS_ROWS_TRIG" "$TPS_ROWS_PLAIN")" ">=0.7"
+    echo "group_claim: $GROUP_ITEMS_PER_CALL items per call on average ($ITEMS items in $NGROUPS groups, interleaved)"
+} | tee "$OUT/summary.txt"
