@@ -30,6 +30,7 @@ struct Waiter {
     uint64 seq;    // registration order: the smallest waited longest
     bool waiting;
     bool woken;    // a waker picked it; others pick someone else
+    bool baton;    // the waker's count was a lower bound: pass the wake on
 };
 
 enum class DbState : int {

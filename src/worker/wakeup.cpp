@@ -32,6 +32,7 @@ struct Pending {
     int kind;
     int64 key;
     int64 count;
+    bool exact;  // count is exact (else "at least": the woken pass the baton on)
 };
 
 // Backend-local state. Plain data only (callbacks read it).
@@ -42,9 +43,11 @@ bool pending_launcher_poke = false;
 bool pending_worker_poke = false;
 
 // The baton: this backend was woken for (kind, key) and has not gone back
-// to sleep, so it probably took something; at the end of its transaction it
-// wakes the next waiter of the key.
+// to sleep, so it probably took something. If its transaction aborts, or if
+// the wake came from a notification whose count was only a lower bound, it
+// wakes the next waiter of the key when its transaction ends.
 bool baton = false;
+bool baton_on_commit = false;
 int baton_kind = 0;
 int64 baton_key = 0;
 
@@ -72,7 +75,7 @@ void stamp_bucket(uint32 b, TimestampTz now) {
 
 // Wake the longest-waiting waiters of (db, kind, key), at most `count`.
 // Caller holds the lock. Plain loads and SetLatch only.
-int wake_locked(Oid db, int kind, int64 key, int64 count) {
+int wake_locked(Oid db, int kind, int64 key, int64 count, bool exact) {
     int woken = 0;
     while (woken < count) {
         Waiter *best = nullptr;
@@ -84,6 +87,7 @@ int wake_locked(Oid db, int kind, int64 key, int64 count) {
         }
         if (best == nullptr) break;
         best->woken = true;
+        best->baton = !exact;
         SetLatch(best->latch);
         ++woken;
     }
@@ -91,6 +95,7 @@ int wake_locked(Oid db, int kind, int64 key, int64 count) {
 }
 
 void fire(bool commit) {
+    if (commit && !baton_on_commit) baton = false;
     bool have = (commit && npending > 0) || baton;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
         TimestampTz now = GetCurrentTimestamp();
@@ -104,8 +109,9 @@ void fire(bool commit) {
             LWLockAcquire(shared->lock, LW_EXCLUSIVE);
             if (commit)
                 for (int i = 0; i < npending; ++i)
-                    wake_locked(MyDatabaseId, pending[i].kind, pending[i].key, pending[i].count);
-            if (baton) wake_locked(MyDatabaseId, baton_kind, baton_key, 1);
+                    wake_locked(MyDatabaseId, pending[i].kind, pending[i].key, pending[i].count,
+                                pending[i].exact);
+            if (baton) wake_locked(MyDatabaseId, baton_kind, baton_key, 1, false);
             LWLockRelease(shared->lock);
         }
         // The database's worker sends one coalesced NOTIFY per queue.
@@ -157,10 +163,12 @@ void xact_callback(XactEvent event, void *) {
     }
 }
 
-// Leave the waiter slot; returns whether a waker picked us. No raise.
-bool unregister(Waiter *w) {
+// Leave the waiter slot; returns whether a waker picked us (and whether it
+// asked us to pass the baton on at commit). No raise.
+bool unregister(Waiter *w, bool *pass_on = nullptr) {
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     bool woken = w->waiting && w->woken;
+    if (pass_on) *pass_on = woken && w->baton;
     if (w->waiting) pg_atomic_fetch_sub_u32(&shared->nwaiters, 1);
     w->waiting = false;
     w->woken = false;
@@ -267,6 +275,7 @@ void wait_for(WaitKind kind, int64 key, long timeout_ms) {
     pg_atomic_fetch_add_u32(&shared->nwaiters, 1);  // full barrier
 
     volatile bool woken = false;
+    volatile bool pass_on = false;
     if ((int64)pg_atomic_read_u64(&shared->stamps[b]) < baseline) {
         PG_TRY();
         {
@@ -275,7 +284,9 @@ void wait_for(WaitKind kind, int64 key, long timeout_ms) {
         }
         PG_FINALLY();
         {
-            woken = unregister(w);
+            bool p = false;
+            woken = unregister(w, &p);
+            pass_on = p;
         }
         PG_END_TRY();
     } else {
@@ -285,6 +296,7 @@ void wait_for(WaitKind kind, int64 key, long timeout_ms) {
     last_wait_end = GetCurrentTimestamp();
     if (woken) {
         baton = true;
+        baton_on_commit = pass_on;
         baton_kind = (int)kind;
         baton_key = key;
         // Items may have become ready before where this backend's scans
@@ -294,14 +306,14 @@ void wait_for(WaitKind kind, int64 key, long timeout_ms) {
     CHECK_FOR_INTERRUPTS();
 }
 
-void notify_ready(WaitKind kind, int64 key) { notify_ready(kind, key, 1); }
-
-void notify_ready(WaitKind kind, int64 key, int64 count) {
+namespace {
+void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
     if (shared == nullptr || count <= 0) return;
     register_callbacks();
     for (int i = 0; i < npending; ++i)
         if (pending[i].kind == (int)kind && pending[i].key == key) {
             pending[i].count += count;
+            pending[i].exact &= exact;
             return;
         }
     if (npending == pending_cap) {
@@ -311,7 +323,12 @@ void notify_ready(WaitKind kind, int64 key, int64 count) {
                       : (Pending *)repalloc(pending, sizeof(Pending) * cap);
         pending_cap = cap;
     }
-    pending[npending++] = Pending{(int)kind, key, count};
+    pending[npending++] = Pending{(int)kind, key, count, exact};
 }
+}  // namespace
+
+void notify_ready(WaitKind kind, int64 key) { add_pending(kind, key, 1, false); }
+
+void notify_ready(WaitKind kind, int64 key, int64 count) { add_pending(kind, key, count, true); }
 
 }  // namespace pgclaim::worker

@@ -6,10 +6,10 @@
 // backend as a waiter of (database, kind, key) in shared memory and sleeps on
 // its latch; notify_ready() remembers (kind, key) and, when the transaction
 // commits, wakes the longest-waiting waiters of that key, one per item made
-// ready (no thundering herd). A woken waiter that finds nothing sleeps again;
-// one that found something passes the baton to the next waiter when its own
-// transaction ends, so a batch made ready under a single call drains too.
-// Nothing happens at abort.
+// ready (no thundering herd). A woken waiter that finds nothing sleeps again.
+// A woken waiter whose transaction aborts passes the wake on to the next
+// waiter; so does one that commits, when the count it was woken for was only
+// a lower bound (see notify_ready). Nothing is woken when a producer aborts.
 //
 // Without the preload, wait_for() naps briefly (and says once, as a NOTICE,
 // that preloading makes waits event-driven) and notify_ready() does nothing.
@@ -29,8 +29,14 @@ enum class WaitKind : int { Queue = 1, Lease = 2 };
 void wait_for(WaitKind kind, int64 key, long timeout_ms);
 
 // Record that (kind, key) has work ready once the current transaction
-// commits (nothing happens if it aborts). `count`: how many units became
-// ready (items, lease slots); that many waiters are woken at most.
+// commits (nothing happens if it aborts).
+//   notify_ready(kind, key):        at least one unit became ready (count
+//                                   unknown): one waiter is woken, and each
+//                                   woken waiter that takes something wakes
+//                                   the next one when it commits;
+//   notify_ready(kind, key, count): exactly `count` units (items, lease
+//                                   slots): up to `count` waiters are woken,
+//                                   and nobody more.
 void notify_ready(WaitKind kind, int64 key);
 void notify_ready(WaitKind kind, int64 key, int64 count);
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test/bench/wake.sh — wake latency, idle CPU and expiry lag of the worker (issue 5).
+#
+#   bash test/bench/wake.sh            (as root or as an unprivileged user; the
+#                                       extension must be installed: make install)
+#
+# Starts its own throwaway cluster (shared_preload_libraries = 'pg_claim'),
+# builds test/bench/wake_latency.cpp with libpq and prints, in one run:
+#   1. wake latency, producer's COMMIT returning -> blocked claim_next returning,
+#      WAITERS (16) waiting sessions, ITEMS (10000) items enqueued one per
+#      transaction at RATE (1000) items/s: p50/p99;
+#   2. the same for a LISTEN/NOTIFY + FOR UPDATE SKIP LOCKED client loop;
+#   3. the worker's CPU while idle (10 s, from /proc);
+#   4. expiry lag: lease end -> item delivered again to a waiting claim_next.
+# Targets: p50 <= 1 ms, p99 <= 5 ms, idle CPU near zero, expiry lag p99 <= 100 ms.
+#
+# Environment: WAITERS, ITEMS, RATE, EXPIRY_ITEMS (200, claimed 3 ms apart), PGCLAIM_USER (pgclaim,
+# used when run as root), PORT (5577).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PG_BIN=/usr/lib/postgresql/15/bin
+WAITERS=${WAITERS:-16}
+ITEMS=${ITEMS:-10000}
+RATE=${RATE:-1000}
+EXPIRY_ITEMS=${EXPIRY_ITEMS:-200}
+PORT=${PORT:-5577}
+RUN_USER=${PGCLAIM_USER:-pgclaim}
+
+WORK="$(mktemp -d /tmp/pg_claim-wake.XXXXXX)"
+chmod 755 "$WORK"
+as_user() {
+    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
+}
+[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
+cleanup() {
+    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "== building wake_latency"
+g++ -O2 -std=c++17 -pthread -I"$($PG_BIN/pg_config --includedir)" \
+    -o "$WORK/wake_latency" "$ROOT/test/bench/wake_latency.cpp" -lpq
+
+echo "== cluster in $WORK/data (port $PORT)"
+as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<EOF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pg_claim'
+max_connections = 100
+max_locks_per_transaction = 256
+shared_buffers = 256MB
+synchronous_commit = on
+EOF
+as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
+CONN="host=$WORK port=$PORT dbname=postgres"
+psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+psql_ -c 'CREATE EXTENSION pg_claim'
+for _ in $(seq 50); do
+    [[ $(psql_ -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'") == 1 ]] && break
+    sleep 0.1
+done
+
+echo "== wake latency: $WAITERS waiters, $ITEMS items at $RATE/s, one per transaction"
+CLAIM=$(as_user "$WORK/wake_latency" "$CONN" claim "$WAITERS" "$ITEMS" "$RATE")
+LISTEN=$(as_user "$WORK/wake_latency" "$CONN" listen "$WAITERS" "$ITEMS" "$RATE")
+
+echo "== worker CPU while idle (10 s)"
+WPID=$(psql_ -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'")
+LPID=$(psql_ -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_claim launcher'")
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+W0=$(ticks "$WPID"); L0=$(ticks "$LPID"); T0=$(date +%s.%N)
+sleep 10
+W1=$(ticks "$WPID"); L1=$(ticks "$LPID"); T1=$(date +%s.%N)
+IDLE_W=$(awk -v a="$W0" -v b="$W1" -v t0="$T0" -v t1="$T1" -v hz="$HZ" 'BEGIN{printf "%.3f", 100*(b-a)/hz/(t1-t0)}')
+IDLE_L=$(awk -v a="$L0" -v b="$L1" -v t0="$T0" -v t1="$T1" -v hz="$HZ" 'BEGIN{printf "%.3f", 100*(b-a)/hz/(t1-t0)}')
+
+echo "== expiry lag: $EXPIRY_ITEMS claims left to expire (lease 1500 ms), $WAITERS waiters"
+EXPIRY=$(as_user "$WORK/wake_latency" "$CONN" expiry "$WAITERS" "$EXPIRY_ITEMS" 3)
+
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+echo
+echo "================ wake bench summary ================"
+printf '%-42s %10s %10s %10s %6s\n' "measure (ms)" p50 p99 max lost
+printf '%-42s %10s %10s %10s %6s\n' "pg_claim claim_next(wait) wake latency" \
+    "$(field "$CLAIM" p50)" "$(field "$CLAIM" p99)" "$(field "$CLAIM" max)" "$(field "$CLAIM" lost)"
+printf '%-42s %10s %10s %10s %6s\n' "LISTEN/NOTIFY + SKIP LOCKED wake latency" \
+    "$(field "$LISTEN" p50)" "$(field "$LISTEN" p99)" "$(field "$LISTEN" max)" "$(field "$LISTEN" lost)"
+printf '%-42s %10s %10s %10s %6s\n' "expiry lag (lease end -> delivered again)" \
+    "$(field "$EXPIRY" p50)" "$(field "$EXPIRY" p99)" "$(field "$EXPIRY" max)" "$(field "$EXPIRY" lost)"
+echo "idle CPU: worker ${IDLE_W}%, launcher ${IDLE_L}% of one core over 10 s"
+echo "targets: wake p50 <= 1 ms, p99 <= 5 ms; expiry lag p99 <= 100 ms; idle CPU near zero"
+echo "raw: $CLAIM | $LISTEN | $EXPIRY"
