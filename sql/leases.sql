@@ -89,7 +89,15 @@ SELECT claim.lease_release('short', pg_temp.tok('e2')) AS released;
 INSERT INTO t SELECT 'e3', claim.lease_acquire('short', '100 milliseconds');
 SELECT pg_sleep(0.2);
 SELECT claim.lease_release('short', pg_temp.tok('e3')) AS released;
+-- released and expired rows stay for the next grant of their slot ...
 SELECT count(*) AS rows_left FROM claim.lease_holders WHERE name = 'short';
+-- ... until claim.lease_purge removes those older than its argument, never a live one
+INSERT INTO t SELECT 'p1', claim.lease_acquire('keep', '30 seconds');
+SELECT claim.lease_purge() AS purged_none;
+SELECT claim.lease_purge('-1 hour') > 0 AS purged;
+SELECT name FROM claim.lease_holders;
+SELECT count(*) AS markers_left FROM claim.lease_released;
+SELECT claim.lease_release('keep', pg_temp.tok('p1')) AS released;
 
 -- ------------------------------------------------------------ blocking waits
 INSERT INTO t SELECT 'w1', claim.lease_acquire('busy', '30 seconds');
@@ -174,6 +182,7 @@ SELECT count(*) AS holders FROM claim.leases WHERE name = 'x';
 
 -- privileges: the functions are callable, the tables are not PUBLIC's
 SELECT has_function_privilege('public', 'claim.lease_acquire(text, interval, text, integer, interval)', 'EXECUTE') AS public_acquire,
+       has_function_privilege('public', 'claim.lease_purge(interval)', 'EXECUTE') AS public_purge,
        has_table_privilege('public', 'claim.lease_holders', 'SELECT') AS public_holders;
 
 DROP EXTENSION pg_claim;

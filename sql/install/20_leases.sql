@@ -6,11 +6,13 @@
 -- ---------------------------------------------------------------------------
 
 -- One row per slot of a named lease that has been granted (slot 0 .. permits-1).
--- A slot is held while expires_at is in the future (server clock); an expired
--- row is overwritten by the next grant, a released one is deleted. Logged:
--- leases survive a crash and a restart, and tokens keep growing across both
--- (they come from claim.token_seq, flushed before a token leaves the server).
--- Grants update rows in place (HOT), hence the fillfactor.
+-- A slot is held while expires_at is in the future (server clock) and its
+-- token has not been released. The next grant of a free slot updates the row
+-- in place: grants change no indexed column, so they are HOT updates (hence
+-- the fillfactor). claim.lease_purge() deletes rows that nobody reused.
+-- Logged: grants survive a crash and a restart, and tokens keep growing
+-- across both (they come from claim.token_seq, flushed before a token leaves
+-- the server).
 CREATE TABLE claim.lease_holders (
     name         text NOT NULL,
     slot         integer NOT NULL,
@@ -19,8 +21,9 @@ CREATE TABLE claim.lease_holders (
     permits      integer NOT NULL,
     acquired_at  timestamptz NOT NULL,
     expires_at   timestamptz NOT NULL,
-    PRIMARY KEY (name, slot),
-    CONSTRAINT lease_holders_slot_check CHECK (slot >= 0 AND slot < permits)
+    -- slot is in 0 .. permits-1 (the C code keeps it so; no CHECK constraint,
+    -- whose expression every grant would have to load again)
+    PRIMARY KEY (name, slot)
 ) WITH (fillfactor = 70);
 
 CREATE FUNCTION claim.lease_acquire(name text,
@@ -51,11 +54,50 @@ LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_lease_assert';
 
+-- Releases: the last released token of each slot. UNLOGGED, so a release
+-- writes no WAL and its commit does not wait for a disk flush. After a crash
+-- this table is empty: a lease released shortly before the crash counts as
+-- held again until its ttl ends (the same as a holder that crashed). A
+-- standby cannot read it.
+CREATE UNLOGGED TABLE claim.lease_released (
+    name   text NOT NULL,
+    slot   integer NOT NULL,
+    token  bigint NOT NULL,
+    PRIMARY KEY (name, slot)
+) WITH (fillfactor = 70);
+
+-- Deletes the rows of leases released or expired more than `older_than` ago
+-- (never a live holder); returns how many. For a maintenance job when lease
+-- names are many and short-lived (for example one per customer).
+CREATE FUNCTION claim.lease_purge(older_than interval DEFAULT '1 hour')
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH cutoff AS (
+        SELECT LEAST(pg_catalog.clock_timestamp(),
+                     pg_catalog.clock_timestamp() - older_than) AS t
+    ), d AS (
+        DELETE FROM claim.lease_holders h USING cutoff
+        WHERE h.expires_at < cutoff.t
+           OR (h.acquired_at < cutoff.t AND EXISTS (
+                SELECT 1 FROM claim.lease_released r
+                WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token))
+        RETURNING h.name, h.slot
+    ), r AS (
+        DELETE FROM claim.lease_released r USING d
+        WHERE r.name = d.name AND r.slot = d.slot
+    )
+    SELECT pg_catalog.count(*) FROM d
+$$;
+
 -- Live holders only.
 CREATE VIEW claim.leases AS
 SELECT h.name, h.token, h.holder, h.acquired_at, h.expires_at, h.permits
 FROM claim.lease_holders h
-WHERE h.expires_at > pg_catalog.clock_timestamp();
+WHERE h.expires_at > pg_catalog.clock_timestamp()
+  AND NOT EXISTS (SELECT 1 FROM claim.lease_released r
+                  WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token);
 
 -- ---------------------------------------------------------------------------
 -- Guards
@@ -118,3 +160,7 @@ RETURNS jsonb
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_guard_result';
+
+-- Privileges (99_privileges.sql revokes table access from PUBLIC): the
+-- maintenance function is for the extension owner and whom it grants it to.
+REVOKE EXECUTE ON FUNCTION claim.lease_purge(interval) FROM PUBLIC;

@@ -14,9 +14,13 @@
 //    transaction ends: no acquirer can grant the slot meanwhile, even when
 //    the holder's lease runs out. A paused holder cannot commit writes that
 //    it guarded with lease_assert after someone else took over;
-//  * renew and release change the holder's row by (N, token) without that
-//    lock: a concurrent grant of the slot replaces the token, and UPDATE and
-//    DELETE re-check their condition on the latest row version;
+//  * a release records the token in the UNLOGGED claim.lease_released (no
+//    WAL, no flush at commit; lost in a crash, when the lease stays held
+//    until its ttl ends). A slot is free when its holder expired or was
+//    released; the next grant updates the holder row in place (HOT);
+//  * renew and release work on the holder's row by (N, token) without the
+//    slot lock: a concurrent grant of the slot replaces the token, and
+//    UPDATE re-checks its condition on the latest row version;
 //  * every check reads the latest committed state (pg::run).
 #include "api/shared.hpp"
 #include "core/lease_rules.hpp"
@@ -40,8 +44,18 @@ namespace {
 constexpr int64_t kBusyPollUs = 100 * 1000;
 constexpr int kMaxHolderBytes = 1024;
 
-Stmt s_holders = {"SELECT slot, permits, expires_at FROM claim.lease_holders WHERE name = $1", 1,
-                  {TEXTOID}, nullptr};
+// A released holder counts as expired (-infinity).
+Stmt s_holders = {
+    "SELECT h.slot, h.permits,"
+    "  CASE WHEN r.token = h.token THEN '-infinity'::timestamptz ELSE h.expires_at END "
+    "FROM claim.lease_holders h"
+    "  LEFT JOIN claim.lease_released r ON r.name = h.name AND r.slot = h.slot "
+    "WHERE h.name = $1",
+    1, {TEXTOID}, nullptr};
+
+#define RELEASED(a)                                                              \
+    "EXISTS (SELECT 1 FROM claim.lease_released r"                              \
+    "        WHERE r.name = " a ".name AND r.slot = " a ".slot AND r.token = " a ".token)"
 
 // Grant `slot` if it is free (no row, or its holder expired). Runs under the
 // slot's lock, so no other grant of the slot is in flight.
@@ -52,30 +66,56 @@ Stmt s_grant = {
     "ON CONFLICT (name, slot) DO UPDATE"
     "  SET token = EXCLUDED.token, holder = EXCLUDED.holder, permits = EXCLUDED.permits,"
     "      acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at"
-    "  WHERE h.expires_at <= EXCLUDED.acquired_at "
+    "  WHERE h.expires_at <= EXCLUDED.acquired_at OR " RELEASED("h") " "
+    "RETURNING h.token",
+    6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
+
+// The fast path of a grant: slot 0, unless a live holder has another permit
+// count (then nothing happens and the slow path explains why).
+Stmt s_grant_first = {
+    "INSERT INTO claim.lease_holders AS h"
+    "  (name, slot, token, holder, permits, acquired_at, expires_at) "
+    "SELECT $1, $2, pg_catalog.nextval('claim.token_seq'), $3, $4, $5, $6 "
+    "WHERE NOT EXISTS (SELECT 1 FROM claim.lease_holders o"
+    "                  WHERE o.name = $1 AND o.expires_at > $5 AND o.permits <> $4"
+    "                    AND NOT " RELEASED("o") ") "
+    "ON CONFLICT (name, slot) DO UPDATE"
+    "  SET token = EXCLUDED.token, holder = EXCLUDED.holder, permits = EXCLUDED.permits,"
+    "      acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at"
+    "  WHERE h.expires_at <= EXCLUDED.acquired_at OR " RELEASED("h") " "
     "RETURNING h.token",
     6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_renew = {
-    "UPDATE claim.lease_holders SET expires_at = $3 "
-    "WHERE name = $1 AND token = $2 AND expires_at > $4 RETURNING expires_at",
+    "UPDATE claim.lease_holders h SET expires_at = $3 "
+    "WHERE h.name = $1 AND h.token = $2 AND h.expires_at > $4 AND NOT " RELEASED("h") " "
+    "RETURNING h.expires_at",
     4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
-// Removes the row of the token, live or expired; says whether it was live.
+// Ends a live holding by recording its token in the UNLOGGED
+// claim.lease_released: no WAL, so the commit does not wait for a flush. A
+// release lost in a crash leaves the lease held until its ttl ends. The
+// holder row stays for the next grant of the slot (a HOT update).
 Stmt s_release = {
-    "DELETE FROM claim.lease_holders WHERE name = $1 AND token = $2 RETURNING expires_at > $3", 3,
-    {TEXTOID, INT8OID, TIMESTAMPTZOID}, nullptr};
+    "INSERT INTO claim.lease_released AS x (name, slot, token) "
+    "SELECT h.name, h.slot, h.token FROM claim.lease_holders h "
+    "WHERE h.name = $1 AND h.token = $2 AND h.expires_at > $3 AND NOT " RELEASED("h") " "
+    "ON CONFLICT (name, slot) DO UPDATE SET token = EXCLUDED.token "
+    "RETURNING 1",
+    3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_find = {"SELECT slot FROM claim.lease_holders WHERE name = $1 AND token = $2", 2,
                {TEXTOID, INT8OID}, nullptr};
 
 Stmt s_live_at = {
-    "SELECT 1 FROM claim.lease_holders WHERE name = $1 AND slot = $2 AND token = $3"
-    "  AND expires_at > $4",
+    "SELECT 1 FROM claim.lease_holders h WHERE h.name = $1 AND h.slot = $2 AND h.token = $3"
+    "  AND h.expires_at > $4 AND NOT " RELEASED("h"),
     4, {TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
-Stmt s_why = {"SELECT expires_at FROM claim.lease_holders WHERE name = $1 AND token = $2", 2,
-              {TEXTOID, INT8OID}, nullptr};
+Stmt s_why = {
+    "SELECT CASE WHEN " RELEASED("h") " THEN '-infinity'::timestamptz ELSE h.expires_at END "
+    "FROM claim.lease_holders h WHERE h.name = $1 AND h.token = $2",
+    2, {TEXTOID, INT8OID}, nullptr};
 
 // The name argument, checked.
 struct NameArg {
@@ -130,7 +170,9 @@ int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
     } else {
         bool isnull;
         TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
-        if (until > now)  // renewed or granted in between: say so rather than guess
+        if (until == DT_NOBEGIN)
+            snprintf(detail, sizeof detail, "The lease was released.");
+        else if (until > now)  // renewed or granted in between: say so rather than guess
             snprintf(detail, sizeof detail, "The lease changed while this call ran.");
         else
             snprintf(detail, sizeof detail, "The lease expired at %s.", timestamptz_to_str(until));
@@ -175,7 +217,26 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     const char *shown = n.shown;
     int64 token = 0;
     bool granted = false;
-    for (;;) {
+    char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+
+    // Fast path: slot 0 in one statement (a free mutex needs nothing else).
+    {
+        uint64 key = slot_key(n, 0);
+        if (pg::lock_lease(key, false)) {
+            TimestampTz now = pg::clock_now();
+            Datum gv[6] = {PointerGetDatum(n.t),     Int32GetDatum(0),
+                           holder,                   Int32GetDatum(permits),
+                           TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us)};
+            if (pg::run(s_grant_first, gv, gn) > 0) {
+                token = pg::col_int64(0, 1);
+                granted = true;  // the lock stays until the transaction ends
+            } else {
+                pg::unlock_lease(key);
+            }
+        }
+    }
+
+    while (!granted) {
         TimestampTz now = pg::clock_now();
         Datum hv[1] = {PointerGetDatum(n.t)};
         uint64 nrows = pg::run(s_holders, hv, nullptr);
@@ -208,7 +269,6 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             Datum gv[6] = {PointerGetDatum(n.t),       Int32GetDatum(slot),
                            holder,                     Int32GetDatum(permits),
                            TimestampTzGetDatum(now),   TimestampTzGetDatum(now + ttl_us)};
-            char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
             if (pg::run(s_grant, gv, gn) > 0) {
                 token = pg::col_int64(0, 1);
                 granted = true;
@@ -262,11 +322,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_release) {
     int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
-    bool live = false;
-    if (pg::run(s_release, v, nullptr) > 0) {
-        bool isnull;
-        live = DatumGetBool(pg::col(0, 1, &isnull));
-    }
+    bool live = pg::run(s_release, v, nullptr) > 0;
     // A slot is free once this commits: wake a waiter.
     if (live) worker::notify_ready(worker::WaitKind::Lease, (int64)wake_key(n));
     SPI_finish();

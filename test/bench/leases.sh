@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# pg_claim lease bench (issue 4): mutex acquire + release, 16 clients over 1,000
+# names, against two baselines measured in the same run:
+#   table      the django-db-mutex pattern: a lock table with a UNIQUE name and a
+#              creation time; acquire = delete expired locks, insert the name
+#              (a conflict means "held"); release = delete the row. One statement
+#              per transaction, as the library runs them under autocommit.
+#   advisory   pg_try_advisory_lock + pg_advisory_unlock (no TTL, no token; for
+#              reference).
+#   pg_claim   claim.lease_acquire(name, ttl) + claim.lease_release(name, token).
+# Prints tps (acquire+release cycles per second) of each and the ratios.
+#
+#   bash test/bench/leases.sh             15 s per window
+#   QUICK=1 bash test/bench/leases.sh     5 s per window
+#
+# Environment:
+#   BENCH_DURATION=15   seconds per window (QUICK=1: 5)
+#   BENCH_CLIENTS=16    pgbench clients
+#   BENCH_NAMES=1000    distinct lock names
+#   BENCH_PORT=5497     port of the throwaway cluster (unix socket only)
+#   PG_CONFIG           pg_config of the PostgreSQL to use (default: Debian's 15)
+#   BENCH_OUT=dir       output directory (default test/bench/out/leases)
+# As root the server runs as the unprivileged OS user `pgclaim` (test/setup.sh
+# creates it). The cluster lives in a temp directory and is removed at exit.
+# The summary is printed and written to $BENCH_OUT/summary.txt.
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT=${BENCH_OUT:-$HERE/out/leases}
+if [[ ${QUICK:-0} == 1 ]]; then d_dur=5; else d_dur=15; fi
+DUR=${BENCH_DURATION:-$d_dur}
+CLIENTS=${BENCH_CLIENTS:-16}
+NAMES=${BENCH_NAMES:-1000}
+PORT=${BENCH_PORT:-5497}
+THREADS=2
+RUN_USER=pgclaim
+
+log() { printf '[lease bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+[[ -x $PG_CONFIG ]] || PG_CONFIG=$(command -v pg_config) || die "pg_config not found"
+PGBIN=$("$PG_CONFIG" --bindir)
+for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done
+[[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (run test/setup.sh)"
+
+if [[ $(id -u) == 0 ]]; then
+    id "$RUN_USER" >/dev/null 2>&1 || die "OS user $RUN_USER missing (run test/setup.sh)"
+    AS=(runuser -u "$RUN_USER" --)
+    DBUSER=$RUN_USER
+else
+    AS=()
+    DBUSER=$(id -un)
+fi
+
+WORK=$(mktemp -d /tmp/pg_claim_lease_bench.XXXXXX)
+chmod 755 "$WORK"
+[[ $(id -u) == 0 ]] && chown "$RUN_USER" "$WORK"
+DATA=$WORK/data
+SOCK=$WORK/sock
+mkdir -p "$OUT"
+cleanup() {
+    local rc=$?
+    set +e
+    [[ -f $DATA/postmaster.pid ]] && "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1
+    rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"${AS[@]}" mkdir -p "$SOCK"
+"${AS[@]}" "$PGBIN/initdb" -D "$DATA" -U "$DBUSER" -A trust -E UTF8 --no-locale --no-sync >"$OUT/initdb.log" 2>&1 \
+    || { cat "$OUT/initdb.log" >&2; die "initdb failed"; }
+"${AS[@]}" tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
+
+# ---- pg_claim lease bench (the same settings as test/bench/run.sh)
+listen_addresses = ''
+port = $PORT
+unix_socket_directories = '$SOCK'
+shared_preload_libraries = 'pg_claim'
+shared_buffers = 1GB
+max_connections = 100
+max_locks_per_transaction = 256
+synchronous_commit = on
+max_wal_size = 16GB
+checkpoint_timeout = 30min
+logging_collector = off
+log_min_messages = warning
+CONF
+log "starting server (port $PORT, socket $SOCK)"
+"${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
+    || { "${AS[@]}" cat "$WORK/server.log" >&2; die "server did not start"; }
+
+export PGHOST=$SOCK PGPORT=$PORT PGUSER=$DBUSER PGDATABASE=bench
+sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+sql -d postgres -c "CREATE DATABASE bench"
+sql -c "CREATE EXTENSION pg_claim"
+# django-db-mutex's model: lock_id CharField(255, unique=True), creation_time auto_now_add.
+sql -c "CREATE TABLE db_mutex_dbmutex (
+            id serial PRIMARY KEY,
+            lock_id varchar(255) NOT NULL UNIQUE,
+            creation_time timestamptz NOT NULL)"
+
+S=$WORK/scripts
+mkdir -p "$S"
+cat >"$S/table.sql" <<SQL
+\\set n random(1, $NAMES)
+DELETE FROM db_mutex_dbmutex WHERE creation_time <= now() - interval '60 seconds';
+WITH i AS (INSERT INTO db_mutex_dbmutex (lock_id, creation_time) VALUES ('orders:' || :n, now())
+           ON CONFLICT (lock_id) DO NOTHING RETURNING id)
+SELECT coalesce(max(id), 0) AS got FROM i \\gset
+\\if :got
+DELETE FROM db_mutex_dbmutex WHERE id = :got;
+\\endif
+SQL
+cat >"$S/advisory.sql" <<SQL
+\\set n random(1, $NAMES)
+SELECT pg_try_advisory_lock(:n)::int AS got \\gset
+\\if :got
+SELECT pg_advisory_unlock(:n);
+\\endif
+SQL
+cat >"$S/lease.sql" <<SQL
+\\set n random(1, $NAMES)
+SELECT coalesce(claim.lease_acquire('orders:' || :n, '60 seconds'), 0) AS tok \\gset
+\\if :tok
+SELECT claim.lease_release('orders:' || :n, :tok);
+\\endif
+SQL
+
+settle() {
+    local i
+    sql -c "VACUUM ANALYZE" >/dev/null
+    for i in $(seq 1 60); do
+        [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'") == 0 ]] && break
+        sleep 0.5
+    done
+    sql -c "CHECKPOINT"
+}
+
+# run NAME SCRIPT -> TPS
+run() {
+    local name=$1 script=$2
+    settle
+    log "run $name: $CLIENTS clients, ${DUR}s"
+    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DUR" -f "$script" >"$OUT/$name.log" 2>&1 || true
+    TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/$name.log")
+    TPS=${TPS:-0}
+    if grep -qE 'aborted|ERROR|FATAL' "$OUT/$name.log"; then
+        log "WARNING: $name had errors:"; grep -E 'aborted|ERROR|FATAL' "$OUT/$name.log" | head -5 >&2
+    fi
+    log "  $name: $(printf '%.0f' "$TPS") tps"
+}
+
+# Warm-up (plans, catalog caches, first page extensions), not measured.
+BENCH_WARM=$(( DUR < 5 ? DUR : 5 ))
+for s in table lease advisory; do
+    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$BENCH_WARM" -f "$S/$s.sql" >/dev/null 2>&1 || true
+done
+
+run table "$S/table.sql";       T_TABLE=$TPS
+run advisory "$S/advisory.sql"; T_ADV=$TPS
+run lease "$S/lease.sql";       T_LEASE=$TPS
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+R_TABLE=$(ratio "$T_LEASE" "$T_TABLE")
+R_ADV=$(ratio "$T_LEASE" "$T_ADV")
+pass=FAIL
+awk -v r="$R_TABLE" 'BEGIN { exit !(r + 0 >= 1.5) }' && pass=PASS
+{
+    echo "pg_claim lease bench: mutex acquire + release, $CLIENTS clients over $NAMES names, ${DUR}s windows"
+    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS"
+    printf '%-44s %10s\n' "run" "cycles/s"
+    printf '%-44s %10.0f\n' "table pattern (django-db-mutex)" "$T_TABLE"
+    printf '%-44s %10.0f\n' "advisory locks (pg_try_advisory_lock)" "$T_ADV"
+    printf '%-44s %10.0f\n' "pg_claim lease_acquire + lease_release" "$T_LEASE"
+    echo "ratio pg_claim / table pattern:  $R_TABLE  (target >= 1.5: $pass)"
+    echo "ratio pg_claim / advisory locks: $R_ADV"
+} | tee "$OUT/summary.txt"
