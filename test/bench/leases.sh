@@ -17,6 +17,9 @@
 #   BENCH_DURATION=15   seconds per window (QUICK=1: 5)
 #   BENCH_CLIENTS=16    pgbench clients
 #   BENCH_NAMES=1000    distinct lock names
+#   BENCH_ROUNDS=3      rounds; each round runs the three in turn, and each
+#                       figure is the median over the rounds (so a busy
+#                       neighbour on the machine hurts all three alike)
 #   BENCH_PORT=5497     port of the throwaway cluster (unix socket only)
 #   PG_CONFIG           pg_config of the PostgreSQL to use (default: Debian's 15)
 #   BENCH_OUT=dir       output directory (default test/bench/out/leases)
@@ -32,6 +35,7 @@ DUR=${BENCH_DURATION:-$d_dur}
 CLIENTS=${BENCH_CLIENTS:-16}
 NAMES=${BENCH_NAMES:-1000}
 PORT=${BENCH_PORT:-5497}
+ROUNDS=${BENCH_ROUNDS:-3}
 THREADS=2
 RUN_USER=pgclaim
 
@@ -139,19 +143,21 @@ settle() {
     sql -c "CHECKPOINT"
 }
 
-# run NAME SCRIPT -> TPS
+# run NAME ROUND SCRIPT -> TPS
 run() {
-    local name=$1 script=$2
+    local name=$1 round=$2 script=$3 log
+    log=$OUT/$name.$round.log
     settle
-    log "run $name: $CLIENTS clients, ${DUR}s"
-    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DUR" -f "$script" >"$OUT/$name.log" 2>&1 || true
-    TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/$name.log")
+    log "round $round, $name: $CLIENTS clients, ${DUR}s"
+    "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DUR" -f "$script" >"$log" 2>&1 || true
+    TPS=$(awk '/^tps = / { print $3; exit }' "$log")
     TPS=${TPS:-0}
-    if grep -qE 'aborted|ERROR|FATAL' "$OUT/$name.log"; then
-        log "WARNING: $name had errors:"; grep -E 'aborted|ERROR|FATAL' "$OUT/$name.log" | head -5 >&2
+    if grep -qE 'aborted|ERROR|FATAL' "$log"; then
+        log "WARNING: $name had errors:"; grep -E 'aborted|ERROR|FATAL' "$log" | head -5 >&2
     fi
     log "  $name: $(printf '%.0f' "$TPS") tps"
 }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # Warm-up (plans, catalog caches, first page extensions), not measured.
 BENCH_WARM=$(( DUR < 5 ? DUR : 5 ))
@@ -159,9 +165,15 @@ for s in table lease advisory; do
     "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$BENCH_WARM" -f "$S/$s.sql" >/dev/null 2>&1 || true
 done
 
-run table "$S/table.sql";       T_TABLE=$TPS
-run advisory "$S/advisory.sql"; T_ADV=$TPS
-run lease "$S/lease.sql";       T_LEASE=$TPS
+A_TABLE=() A_ADV=() A_LEASE=()
+for r in $(seq 1 "$ROUNDS"); do
+    run table "$r" "$S/table.sql";       A_TABLE+=("$TPS")
+    run lease "$r" "$S/lease.sql";       A_LEASE+=("$TPS")
+    run advisory "$r" "$S/advisory.sql"; A_ADV+=("$TPS")
+done
+T_TABLE=$(median "${A_TABLE[@]}")
+T_ADV=$(median "${A_ADV[@]}")
+T_LEASE=$(median "${A_LEASE[@]}")
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 R_TABLE=$(ratio "$T_LEASE" "$T_TABLE")
@@ -169,12 +181,12 @@ R_ADV=$(ratio "$T_LEASE" "$T_ADV")
 pass=FAIL
 awk -v r="$R_TABLE" 'BEGIN { exit !(r + 0 >= 1.5) }' && pass=PASS
 {
-    echo "pg_claim lease bench: mutex acquire + release, $CLIENTS clients over $NAMES names, ${DUR}s windows"
+    echo "pg_claim lease bench: mutex acquire + release, $CLIENTS clients over $NAMES names, ${DUR}s windows, median of $ROUNDS rounds"
     echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS"
-    printf '%-44s %10s\n' "run" "cycles/s"
-    printf '%-44s %10.0f\n' "table pattern (django-db-mutex)" "$T_TABLE"
-    printf '%-44s %10.0f\n' "advisory locks (pg_try_advisory_lock)" "$T_ADV"
-    printf '%-44s %10.0f\n' "pg_claim lease_acquire + lease_release" "$T_LEASE"
+    printf '%-44s %10s   %s\n' "run" "cycles/s" "(each round)"
+    printf '%-44s %10.0f   %s\n' "table pattern (django-db-mutex)" "$T_TABLE" "$(printf '%.0f ' "${A_TABLE[@]}")"
+    printf '%-44s %10.0f   %s\n' "advisory locks (pg_try_advisory_lock)" "$T_ADV" "$(printf '%.0f ' "${A_ADV[@]}")"
+    printf '%-44s %10.0f   %s\n' "pg_claim lease_acquire + lease_release" "$T_LEASE" "$(printf '%.0f ' "${A_LEASE[@]}")"
     echo "ratio pg_claim / table pattern:  $R_TABLE  (target >= 1.5: $pass)"
     echo "ratio pg_claim / advisory locks: $R_ADV"
 } | tee "$OUT/summary.txt"

@@ -11,7 +11,9 @@
 #   BENCH_BACKLOG=1000000    ready items in the queue when a run starts (at least)
 #   BENCH_BASELINE_ONLY=1    run the baselines only (also automatic when pg_claim is not installed)
 #   BENCH_SETUP=1            run test/setup.sh first (build + install); default: only if needed
-#   BENCH_STATS=1            preload pg_stat_statements and print the top statements of each run
+#   BENCH_ONLY="1 3"         run only these workloads (2 implies 1, whose clean run it is compared with)
+#   BENCH_STATS=1            preload pg_stat_statements (track = all, so the extension's own SQL shows)
+#                            and write the top statements of each run to logs/stats.txt
 #   BENCH_KEEP=1             keep the cluster directory at exit (for post-mortems)
 #   BENCH_OUT=dir            output directory (default test/bench/out)
 #
@@ -36,6 +38,9 @@ BATCH_CLIENTS=4
 FILL_CHUNK=10000
 PORT=5499
 RUN_USER=pgclaim
+ONLY=" ${BENCH_ONLY:-1 2 3 4} "
+[[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
+want() { [[ $ONLY == *" $1 "* ]]; }
 
 log()  { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die()  { log "ERROR: $*"; exit 1; }
@@ -127,6 +132,7 @@ synchronous_commit = on
 max_wal_size = 16GB
 checkpoint_timeout = 30min
 logging_collector = off
+$([[ ${BENCH_STATS:-0} == 1 ]] && echo "pg_stat_statements.track = all")
 log_min_messages = warning
 EOF
 
@@ -248,7 +254,7 @@ S=$WORK/scripts
 mkdir -p "$S"
 cat >"$S/claim_one.sql" <<'EOF'
 SELECT token FROM claim.claim_next('bench') \gset
-SELECT claim.complete(:token);
+SELECT claim.complete(:token::bigint);
 EOF
 # seed 004's claim without its "line in the sand" (`AND id > $2`, which only moves after a rollback
 # and is 0 in steady state): with it the planner prefers the primary key and walks every completed
@@ -322,6 +328,7 @@ backlog_for() {
 }
 
 # --------------------------------------------------------------------------- 1. claim + complete
+if want 1; then
 log "== 1. claim + complete, one item per call, $CLIENTS clients, backlog >= $BACKLOG"
 one_run base base_one "$CLIENTS" "$DUR" "$S/base_one.sql" "$BACKLOG"
 R[base_one]=$TPS
@@ -332,6 +339,7 @@ fi
 settle
 run_pgbench update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
 R[update_ref]=$TPS
+fi
 
 # --------------------------------------------------------------------------- 2. pinned xmin
 # Another session opens a REPEATABLE READ transaction, takes its snapshot with a SELECT, then
@@ -367,6 +375,7 @@ EOF
     log "  $name: first ${PIN_TAIL}s $(fmt "${R[${name}_first]}") tps, last ${PIN_TAIL}s $(fmt "${R[$name]}") tps"
 }
 
+if want 2; then
 log "== 2. the same with a REPEATABLE READ transaction open for ${PIN_DUR}s (figure: last ${PIN_TAIL}s)"
 pinned_run base base_pinned "$S/base_one.sql" "$(backlog_for "${R[base_one]}" "$PIN_DUR")"
 if [[ $WITH_EXT == 1 ]]; then
@@ -405,11 +414,13 @@ plot '$DAT' using 1:2 with lines lw 2 lc rgb '#1f77b4' title 'pg_claim (pinned)'
      clean_b with lines dt 2 lc rgb '#d62728' title 'baseline clean run'
 EOF
 fi
+fi
 
 # --------------------------------------------------------------------------- 3. batched
+if want 3; then
 log "== 3. batched: claim $BATCH + complete(array), $BATCH_CLIENTS clients"
 # Size the backlog so a 4-client run cannot drain it (a drained run is refilled and repeated).
-BATCH_BACKLOG=$(backlog_for 200000 "$DUR")
+BATCH_BACKLOG=$(backlog_for 120000 "$DUR")
 one_run base base_batch "$BATCH_CLIENTS" "$DUR" "$S/base_batch.sql" "$BATCH_BACKLOG"
 R[base_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 if [[ $WITH_EXT == 1 ]]; then
@@ -417,8 +428,10 @@ if [[ $WITH_EXT == 1 ]]; then
         "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { print r * 2.5 }')" "$DUR")"
     R[claim_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 fi
+fi
 
 # --------------------------------------------------------------------------- 4. enqueue
+if want 4; then
 log "== 4. enqueue, one per transaction, $CLIENTS clients"
 sql <<'EOF'
 DROP TABLE IF EXISTS plain_jobs;
@@ -439,6 +452,7 @@ if [[ $WITH_EXT == 1 ]]; then
     run_pgbench claim_enqueue "$CLIENTS" "$DUR" "$S/claim_enqueue.sql"
     R[claim_enqueue]=$TPS
     [[ $ABORTED == 1 ]] && R[claim_enqueue_invalid]=1
+fi
 fi
 
 # --------------------------------------------------------------------------- summary
@@ -468,11 +482,12 @@ ratio_row() { # label claimkey basekey target unit
     echo
     row "workload" "pg_claim" "baseline" "ratio" "target" "met?"
     row "--------------------------------------------" "------------------" "------------------" "------------" "----------------" "----"
-    ratio_row "1. claim+complete, 1/call, $CLIENTS clients" claim_one base_one 2.0 "jobs/s"
+    want 1 && ratio_row "1. claim+complete, 1/call, $CLIENTS clients" claim_one base_one 2.0 "jobs/s"
     # pinned row: ratio = pg_claim pinned / pg_claim clean
     pc=${R[claim_pinned]:-}; pb=${R[base_pinned]:-}
-    kb=$(fdiv "$pb" "${R[base_one]}")
-    if [[ -n $pc ]]; then
+    kb=$(fdiv "$pb" "${R[base_one]:-}")
+    if ! want 2; then :
+    elif [[ -n $pc ]]; then
         kc=$(fdiv "$pc" "${R[claim_one]}")
         inv=0; [[ -n ${R[claim_pinned_invalid]:-} ]] && inv=1
         row "2. pinned xmin ${PIN_DUR}s, last ${PIN_TAIL}s (vs clean)" \
@@ -483,16 +498,16 @@ ratio_row() { # label claimkey basekey target unit
         row "2. pinned xmin ${PIN_DUR}s, last ${PIN_TAIL}s (vs clean)" "n/a" \
             "$(fmt "$pb") ($(awk -v k="$kb" 'BEGIN{printf "%.0f", k*100}')%)" "n/a" ">= 0.70 of clean" "n/a"
     fi
-    ratio_row "3. batched $BATCH, $BATCH_CLIENTS clients" claim_batch base_batch 1.5 "items/s"
-    ratio_row "4. enqueue, 1/txn, $CLIENTS clients" claim_enqueue base_insert 0.8 "items/s"
+    want 3 && ratio_row "3. batched $BATCH, $BATCH_CLIENTS clients" claim_batch base_batch 1.5 "items/s"
+    want 4 && ratio_row "4. enqueue, 1/txn, $CLIENTS clients" claim_enqueue base_insert 0.8 "items/s"
     echo
-    echo "reference: one-row UPDATE per transaction, $CLIENTS clients: $(fmt "${R[update_ref]}") tps"
+    want 1 && echo "reference: one-row UPDATE per transaction, $CLIENTS clients: $(fmt "${R[update_ref]}") tps"
     [[ -n $pc ]] && echo "pinned run, pg_claim vs baseline over the last ${PIN_TAIL}s: $(fdiv "$pc" "$pb")x"
-    echo "pinned run, first ${PIN_TAIL}s: pg_claim $(fmt "${R[claim_pinned_first]:-}"), baseline $(fmt "${R[base_pinned_first]}") jobs/s"
+    want 2 && echo "pinned run, first ${PIN_TAIL}s: pg_claim $(fmt "${R[claim_pinned_first]:-}"), baseline $(fmt "${R[base_pinned_first]}") jobs/s"
     fills="fill times (s):"
     for k in "${!R[@]}"; do [[ $k == fill_* ]] && fills+=" ${k#fill_}=${R[$k]}"; done
     echo "$fills"
-    echo "pinned-xmin plot: $PNG (data $DAT)"
+    want 2 && echo "pinned-xmin plot: $PNG (data $DAT)"
     echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews both sides alike)"
     echo "logs: $OUT/logs, per-second series: $OUT/series; bench wall time ${ELAPSED}s"
 } | tee "$OUT/summary.txt"

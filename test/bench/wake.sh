@@ -65,8 +65,11 @@ for _ in $(seq 50); do
 done
 
 echo "== wake latency: $WAITERS waiters, $ITEMS items at $RATE/s, one per transaction"
-CLAIM=$(as_user "$WORK/wake_latency" "$CONN" claim "$WAITERS" "$ITEMS" "$RATE")
-LISTEN=$(as_user "$WORK/wake_latency" "$CONN" listen "$WAITERS" "$ITEMS" "$RATE")
+# A failed run prints "failed" in the summary instead of stopping the bench.
+CLAIM=$(as_user "$WORK/wake_latency" "$CONN" claim "$WAITERS" "$ITEMS" "$RATE") || CLAIM="claim failed"
+echo "$CLAIM"
+LISTEN=$(as_user "$WORK/wake_latency" "$CONN" listen "$WAITERS" "$ITEMS" "$RATE") || LISTEN="listen failed"
+echo "$LISTEN"
 
 echo "== worker CPU while idle (10 s)"
 WPID=$(psql_ -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'")
@@ -80,7 +83,8 @@ IDLE_W=$(awk -v a="$W0" -v b="$W1" -v t0="$T0" -v t1="$T1" -v hz="$HZ" 'BEGIN{pr
 IDLE_L=$(awk -v a="$L0" -v b="$L1" -v t0="$T0" -v t1="$T1" -v hz="$HZ" 'BEGIN{printf "%.3f", 100*(b-a)/hz/(t1-t0)}')
 
 echo "== expiry lag: $EXPIRY_ITEMS claims left to expire (lease 1500 ms), $WAITERS waiters"
-EXPIRY=$(as_user "$WORK/wake_latency" "$CONN" expiry "$WAITERS" "$EXPIRY_ITEMS" 3)
+EXPIRY=$(as_user "$WORK/wake_latency" "$CONN" expiry "$WAITERS" "$EXPIRY_ITEMS" 3) || EXPIRY="expiry failed"
+echo "$EXPIRY"
 
 field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
 echo
