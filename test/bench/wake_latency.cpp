@@ -63,7 +63,7 @@ struct Shared {
     std::vector<double> got;   // per item: waiter's call returned (or server lag)
     std::atomic<int> received{0};
     std::atomic<bool> done{false};
-    int items = 0;
+    std::atomic<int> items{0};
 };
 
 void print(const char *mode, Shared &s, bool lag_direct) {
@@ -270,9 +270,16 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "expiry setup: %s", PQerrorMessage(admin));
                 return 2;
             }
-            if (atoi(PQgetvalue(r, 0, 1)) != i) {
-                fprintf(stderr, "expiry setup took longer than the lease: use fewer items\n");
-                return 2;
+            int j = atoi(PQgetvalue(r, 0, 1));
+            if (j != i) {
+                // The setup outlasted the first leases (a loaded machine): the
+                // claim took an item that had expired already. Measure the
+                // items claimed so far only.
+                if (j >= 0 && j < s.items) until[j] = -1;
+                PQclear(r);
+                fprintf(stderr, "expiry: setup outlasted the lease, measuring %d items\n", i);
+                s.items = i;
+                break;
             }
             until[i] = atof(PQgetvalue(r, 0, 0));
             PQclear(r);
