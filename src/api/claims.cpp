@@ -491,6 +491,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
                    TimestampTzGetDatum(now)};
     char fn[7] = {' ', ' ', ' ', ' ', PG_ARGISNULL(1) ? 'n' : ' ', ' ', '\0'};
     uint64 done = pg::run(s_fail, fv, fn);
+    // Ready again at once, behind where this backend's scans start.
+    if (retry_us == 0) pg::pure([&] { api::hints().forget_all(); });
     for (uint64 i = 0; i < done; ++i) {
         bool isnull;
         if (DatumGetBool(pg::col(i, 2, &isnull))) {
@@ -528,7 +530,7 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     uint64 n = pg::run(s_release, v, nullptr);
     if (n == 0) refuse(token);
-    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1));
+    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1), (int64)n);
     SPI_finish();
     // The item is ready again behind where this backend's scans start.
     pg::pure([&] { api::hints().forget_all(); });

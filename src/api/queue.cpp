@@ -163,7 +163,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     if (PG_ARGISNULL(5)) {
         if (pg::run(s_enqueue, v, nulls) == 0) api::unknown_queue(name);
         id = pg::col_int64(0, 1);
-        if (nulls[2] == 'n') worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
+        if (nulls[2] == 'n') worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
     } else {
         // Insert unless an unfinished item has the key; then return that one.
         // The item found may finish in between: try again (bounded).
@@ -172,7 +172,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
             if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
                 id = pg::col_int64(0, 1);
                 if (nulls[2] == 'n')
-                    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
+                    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
                 done = true;
                 break;
             }
@@ -231,7 +231,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     uint64 n = pg::run(s_enqueue_batch, v, nulls);
     if (n == 0) require_queue_exists(name);
     if (n > 0 && nulls[2] == 'n')
-        worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2));
+        worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
     for (uint64 i = 0; i < n; ++i) {
         Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
         bool isnull[1] = {false};
@@ -255,7 +255,7 @@ PGCLAIM_FUNCTION(pgclaim_redrive) {
     SPI_finish();
     if (n > 0) {
         api::forget_hints(qid);
-        worker::notify_ready(worker::WaitKind::Queue, qid);
+        worker::notify_ready(worker::WaitKind::Queue, qid, n);
     }
     PG_RETURN_INT32(n);
 }
