@@ -47,7 +47,7 @@ constexpr int kMaxHolderBytes = 1024;
 // A released holder counts as expired (-infinity).
 Stmt s_holders = {
     "SELECT h.slot, h.permits,"
-    "  CASE WHEN r.token = h.token THEN '-infinity'::timestamptz ELSE h.expires_at END "
+    "  CASE WHEN r.token = h.token THEN '-infinity'::timestamptz ELSE h.expires_at END, h.token "
     "FROM claim.lease_holders h"
     "  LEFT JOIN claim.lease_released r ON r.name = h.name AND r.slot = h.slot "
     "WHERE h.name = $1",
@@ -57,33 +57,25 @@ Stmt s_holders = {
     "EXISTS (SELECT 1 FROM claim.lease_released r"                              \
     "        WHERE r.name = " a ".name AND r.slot = " a ".slot AND r.token = " a ".token)"
 
-// Grant `slot` if it is free (no row, or its holder expired). Runs under the
-// slot's lock, so no other grant of the slot is in flight.
-Stmt s_grant = {
-    "INSERT INTO claim.lease_holders AS h"
+// Grant a free slot, under the slot's lock (so no other grant of it is in
+// flight). A slot that has a row is taken over by its old token: a plain
+// HOT update. The row cannot change under the lock except by a grant that
+// committed since the caller read it, which changed the token.
+Stmt s_take = {
+    "UPDATE claim.lease_holders"
+    "  SET token = pg_catalog.nextval('claim.token_seq'), holder = $3, permits = $4,"
+    "      acquired_at = $5, expires_at = $6 "
+    "WHERE name = $1 AND slot = $2 AND token = $7 "
+    "RETURNING token",
+    7, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}, nullptr};
+
+// A slot without a row.
+Stmt s_insert = {
+    "INSERT INTO claim.lease_holders"
     "  (name, slot, token, holder, permits, acquired_at, expires_at) "
     "VALUES ($1, $2, pg_catalog.nextval('claim.token_seq'), $3, $4, $5, $6) "
-    "ON CONFLICT (name, slot) DO UPDATE"
-    "  SET token = EXCLUDED.token, holder = EXCLUDED.holder, permits = EXCLUDED.permits,"
-    "      acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at"
-    "  WHERE h.expires_at <= EXCLUDED.acquired_at OR " RELEASED("h") " "
-    "RETURNING h.token",
-    6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
-
-// The fast path of a grant: slot 0, unless a live holder has another permit
-// count (then nothing happens and the slow path explains why).
-Stmt s_grant_first = {
-    "INSERT INTO claim.lease_holders AS h"
-    "  (name, slot, token, holder, permits, acquired_at, expires_at) "
-    "SELECT $1, $2, pg_catalog.nextval('claim.token_seq'), $3, $4, $5, $6 "
-    "WHERE NOT EXISTS (SELECT 1 FROM claim.lease_holders o"
-    "                  WHERE o.name = $1 AND o.expires_at > $5 AND o.permits <> $4"
-    "                    AND NOT " RELEASED("o") ") "
-    "ON CONFLICT (name, slot) DO UPDATE"
-    "  SET token = EXCLUDED.token, holder = EXCLUDED.holder, permits = EXCLUDED.permits,"
-    "      acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at"
-    "  WHERE h.expires_at <= EXCLUDED.acquired_at OR " RELEASED("h") " "
-    "RETURNING h.token",
+    "ON CONFLICT (name, slot) DO NOTHING "
+    "RETURNING token",
     6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_renew = {
@@ -99,8 +91,9 @@ Stmt s_renew = {
 Stmt s_release = {
     "INSERT INTO claim.lease_released AS x (name, slot, token) "
     "SELECT h.name, h.slot, h.token FROM claim.lease_holders h "
-    "WHERE h.name = $1 AND h.token = $2 AND h.expires_at > $3 AND NOT " RELEASED("h") " "
-    "ON CONFLICT (name, slot) DO UPDATE SET token = EXCLUDED.token "
+    "WHERE h.name = $1 AND h.token = $2 AND h.expires_at > $3 "
+    "ON CONFLICT (name, slot) DO UPDATE SET token = EXCLUDED.token"
+    "  WHERE x.token <> EXCLUDED.token "
     "RETURNING 1",
     3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
@@ -213,28 +206,11 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     int cap = permits + 8;
     HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
     int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
+    int64 *old_token = (int64 *)palloc(sizeof(int64) * permits);  // 0: no row
     TimestampTz deadline = pg::clock_now() + wait_us;
     const char *shown = n.shown;
     int64 token = 0;
     bool granted = false;
-    char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
-
-    // Fast path: slot 0 in one statement (a free mutex needs nothing else).
-    {
-        uint64 key = slot_key(n, 0);
-        if (pg::lock_lease(key, false)) {
-            TimestampTz now = pg::clock_now();
-            Datum gv[6] = {PointerGetDatum(n.t),     Int32GetDatum(0),
-                           holder,                   Int32GetDatum(permits),
-                           TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us)};
-            if (pg::run(s_grant_first, gv, gn) > 0) {
-                token = pg::col_int64(0, 1);
-                granted = true;  // the lock stays until the transaction ends
-            } else {
-                pg::unlock_lease(key);
-            }
-        }
-    }
 
     while (!granted) {
         TimestampTz now = pg::clock_now();
@@ -244,11 +220,14 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             cap = (int)nrows;
             rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
         }
+        for (int32 s = 0; s < permits; ++s) old_token[s] = 0;
         for (uint64 r = 0; r < nrows; ++r) {
             bool isnull;
             rows[r].slot = pg::col_int32(r, 1);
             rows[r].permits = pg::col_int32(r, 2);
             rows[r].expires_at = DatumGetTimestampTz(pg::col(r, 3, &isnull));
+            if (rows[r].slot >= 0 && rows[r].slot < permits)
+                old_token[rows[r].slot] = pg::col_int64(r, 4);
         }
         int32 nfree = 0;
         int64 next_expiry = 0;
@@ -266,10 +245,12 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
                 busy = true;
                 continue;
             }
-            Datum gv[6] = {PointerGetDatum(n.t),       Int32GetDatum(slot),
-                           holder,                     Int32GetDatum(permits),
-                           TimestampTzGetDatum(now),   TimestampTzGetDatum(now + ttl_us)};
-            if (pg::run(s_grant, gv, gn) > 0) {
+            Datum gv[7] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
+                           holder,                   Int32GetDatum(permits),
+                           TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us),
+                           Int64GetDatum(old_token[slot])};
+            char gn[8] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', ' ', '\0'};
+            if (pg::run(old_token[slot] != 0 ? s_take : s_insert, gv, gn) > 0) {
                 token = pg::col_int64(0, 1);
                 granted = true;
                 break;  // the lock stays until the transaction ends
