@@ -80,26 +80,8 @@ Stmt s_claim = {
     "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
     "  SELECT id, queue_id, pg_catalog.nextval('claim.token_seq'), failures + 1, $2, $3, $4"
     "  FROM cand ORDER BY n"
-    "  ON CONFLICT (item_id) DO UPDATE"
-    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"
-    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at,"
-    "        worker = EXCLUDED.worker"
-    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"
-    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"
-    ") "
-    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"
-    "       i.group_key, i.payload, i.enqueued_at "
-    "FROM ins JOIN claim.items i ON i.id = ins.item_id ORDER BY i.ord, i.id",
+    PGCLAIM_CLAIM_UPSERT "ORDER BY i.ord, i.id",
     5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
-
-// Items whose lease expired on their last attempt are dead.
-Stmt s_kill_expired = {
-    "WITH c AS (DELETE FROM claim.claims WHERE item_id = ANY ($1) AND lease_until <= $2"
-    "           AND attempt >= $3 RETURNING item_id, attempt) "
-    "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
-    "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
-    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
-    3, {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
 
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
                       {INT8OID}, nullptr};
@@ -159,12 +141,6 @@ Stmt s_live_count_at = {
     {INT8OID, TIMESTAMPTZOID}, nullptr};
 
 // --- helpers ------------------------------------------------------------------
-
-Datum int8_array(const int64 *v, int n) {
-    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
-    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
-    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
 
 Datum bool_array(const bool *v, int n) {
     Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
@@ -315,14 +291,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             if (claimed + ncand >= n) break;
         }
 
-        if (ndead > 0) {
-            Datum dv[3] = {int8_array(dead, ndead), TimestampTzGetDatum(now),
-                           Int32GetDatum(q.max_attempts)};
-            pg::run(s_kill_expired, dv, nullptr);
-            for (int i = 0; i < ndead; ++i) pg::unlock_item(dead[i]);
-        }
+        api::kill_expired(dead, ndead, now, q.max_attempts);
         if (ncand > 0) {
-            Datum cv[5] = {int8_array(cand, ncand), TimestampTzGetDatum(lease_until),
+            Datum cv[5] = {api::int8_array(cand, ncand), TimestampTzGetDatum(lease_until),
                            TimestampTzGetDatum(now), worker, Int32GetDatum(q.max_attempts)};
             char cn[6] = {' ', ' ', ' ', worker_null ? 'n' : ' ', ' ', '\0'};
             uint64 got = pg::run(s_claim, cv, cn);
@@ -484,8 +455,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     }
     if (!live) refuse(token);
     Datum fv[6] = {Int64GetDatum(token),
-                   int8_array(ids, (int)n),
-                   int8_array(delays, (int)n),
+                   api::int8_array(ids, (int)n),
+                   api::int8_array(delays, (int)n),
                    bool_array(dead, (int)n),
                    PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1),
                    TimestampTzGetDatum(now)};

@@ -95,32 +95,8 @@ Stmt s_gclaim = {
     "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
     "  SELECT cand.id, cand.queue_id, tok.t, cand.failures + 1, $2, $3, $4"
     "  FROM cand, lim, tok WHERE cand.n < lim.stop ORDER BY cand.n"
-    "  ON CONFLICT (item_id) DO UPDATE"
-    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"
-    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at,"
-    "        worker = EXCLUDED.worker"
-    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"
-    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"
-    ") "
-    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"
-    "       i.group_key, i.payload, i.enqueued_at "
-    "FROM ins JOIN claim.items i ON i.id = ins.item_id ORDER BY ins.item_id",
+    PGCLAIM_CLAIM_UPSERT "ORDER BY ins.item_id",
     5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
-
-// Items whose lease expired on their last attempt are dead.
-Stmt s_gkill_expired = {
-    "WITH c AS (DELETE FROM claim.claims WHERE item_id = ANY ($1) AND lease_until <= $2"
-    "           AND attempt >= $3 RETURNING item_id, attempt) "
-    "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
-    "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
-    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
-    3, {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
-
-Datum int8_array(const int64 *v, int n) {
-    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
-    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
-    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
 
 // Accessors on a result set kept aside (pg::run frees SPI_tuptable).
 Datum tcol(SPITupleTable *t, uint64 row, int colno, bool *isnull) {
@@ -142,13 +118,6 @@ SPITupleTable *keep_result() {
     SPITupleTable *t = SPI_tuptable;
     SPI_tuptable = nullptr;
     return t;
-}
-
-void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts) {
-    if (n == 0) return;
-    Datum v[3] = {int8_array(ids, n), TimestampTzGetDatum(now), Int32GetDatum(max_attempts)};
-    pg::run(s_gkill_expired, v, nullptr);
-    for (int i = 0; i < n; ++i) pg::unlock_item(ids[i]);
 }
 
 struct ClaimArgs {
@@ -199,10 +168,10 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null) {
             cand[ncand++] = id;
         }
         SPI_freetuptable(t);
-        kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
     }
 
-    Datum cv[5] = {int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
+    Datum cv[5] = {api::int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
                    TimestampTzGetDatum(a.now), a.worker, Int32GetDatum(a.q->max_attempts)};
     char cn[6] = {' ', ' ', ' ', a.worker_null ? 'n' : ' ', ' ', '\0'};
     uint64 got = pg::run(s_gclaim, cv, cn);
@@ -239,7 +208,7 @@ int claim_named_group(const ClaimArgs &a, Datum gkey) {
         if (!lease_null && lu > a.now) return 0;  // claimed
         if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
             if (!pg::lock_item(head, false)) return 0;
-            kill_expired(&head, 1, a.now, a.q->max_attempts);
+            api::kill_expired(&head, 1, a.now, a.q->max_attempts);
             continue;  // the next item is the head now
         }
         if (!pg::lock_item(head, false)) return 0;  // another claimer is on it
@@ -302,11 +271,11 @@ int claim_first_group(const ClaimArgs &a) {
             if (!DatumGetBool(tcol(t, r, 5, &isnull))) continue;  // not the head of its group
             if (!pg::lock_item(id, false)) continue;               // someone else is on it
             Datum gk = tcol(t, r, 6, &gk_null);
-            kill_expired(dead, ndead, a.now, a.q->max_attempts);
+            api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
             ndead = 0;
             claimed = take_group(a, id, gk_null ? (Datum)0 : datumCopy(gk, false, -1), gk_null);
         }
-        kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
         SPI_freetuptable(t);
         if (claimed > 0 || rows < (uint64)page) break;
         first_page = false;

@@ -71,6 +71,29 @@ void forget_queues() {
     pg::pure([&] { queue_cache().clear(); });
 }
 
+Datum int8_array(const int64 *v, int n) {
+    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
+    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
+    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+namespace {
+pg::Stmt s_kill_expired = {
+    "WITH c AS (DELETE FROM claim.claims WHERE item_id = ANY ($1) AND lease_until <= $2"
+    "           AND attempt >= $3 RETURNING item_id, attempt) "
+    "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
+    "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
+    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
+    3, {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
+}  // namespace
+
+void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts) {
+    if (n == 0) return;
+    Datum v[3] = {int8_array(ids, n), TimestampTzGetDatum(now), Int32GetDatum(max_attempts)};
+    pg::run(s_kill_expired, v, nullptr);
+    for (int i = 0; i < n; ++i) pg::unlock_item(ids[i]);
+}
+
 void unknown_queue(const char *name) {
     char msg[200];
     snprintf(msg, sizeof msg, "queue \"%s\" does not exist", name);
