@@ -403,7 +403,7 @@ set ylabel 'jobs per second'
 set grid
 set key top right box opaque
 set object 1 rect from $((PIN_DUR - PIN_TAIL)),graph 0 to $PIN_DUR,graph 1 fc rgb '#eeeeee' fs solid 0.5 noborder behind
-set label 1 'measured window' at $((PIN_DUR - PIN_TAIL)),graph 0.97 offset 0.5,0
+set label 1 'measured window' at $((PIN_DUR - PIN_TAIL)),graph 0.04 offset 0.5,0
 set yrange [0:*]
 set xrange [0:$PIN_DUR]
 clean_c = ${R[claim_one]:-NaN}
