@@ -59,15 +59,19 @@ Stmt s_holders = {
 
 // Grant a free slot, under the slot's lock (so no other grant of it is in
 // flight). A slot that has a row is taken over by its old token: a plain
-// HOT update. The row cannot change under the lock except by a grant that
-// committed since the caller read it, which changed the token.
+// HOT update. Under the lock the row changes only by a grant that committed
+// since the caller read it (a new token), or by a renew that won the race
+// with the expiry ($8: the slot was free because it expired, not because it
+// was released; a released token cannot be renewed). UPDATE re-checks both
+// on the latest row version.
 Stmt s_take = {
     "UPDATE claim.lease_holders"
     "  SET token = pg_catalog.nextval('claim.token_seq'), holder = $3, permits = $4,"
     "      acquired_at = $5, expires_at = $6 "
-    "WHERE name = $1 AND slot = $2 AND token = $7 "
+    "WHERE name = $1 AND slot = $2 AND token = $7 AND (NOT $8 OR expires_at <= $5) "
     "RETURNING token",
-    7, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}, nullptr};
+    8, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, BOOLOID},
+    nullptr};
 
 // A slot without a row.
 Stmt s_insert = {
@@ -207,6 +211,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
     int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
     int64 *old_token = (int64 *)palloc(sizeof(int64) * permits);  // 0: no row
+    bool *expired = (bool *)palloc(sizeof(bool) * permits);       // not released
     TimestampTz deadline = pg::clock_now() + wait_us;
     const char *shown = n.shown;
     int64 token = 0;
@@ -226,8 +231,10 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             rows[r].slot = pg::col_int32(r, 1);
             rows[r].permits = pg::col_int32(r, 2);
             rows[r].expires_at = DatumGetTimestampTz(pg::col(r, 3, &isnull));
-            if (rows[r].slot >= 0 && rows[r].slot < permits)
+            if (rows[r].slot >= 0 && rows[r].slot < permits) {
                 old_token[rows[r].slot] = pg::col_int64(r, 4);
+                expired[rows[r].slot] = rows[r].expires_at != DT_NOBEGIN;  // -infinity: released
+            }
         }
         int32 nfree = 0;
         int64 next_expiry = 0;
@@ -245,11 +252,11 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
                 busy = true;
                 continue;
             }
-            Datum gv[7] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
+            Datum gv[8] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
                            holder,                   Int32GetDatum(permits),
                            TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us),
-                           Int64GetDatum(old_token[slot])};
-            char gn[8] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', ' ', '\0'};
+                           Int64GetDatum(old_token[slot]), BoolGetDatum(expired[slot])};
+            char gn[9] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', ' ', ' ', '\0'};
             if (pg::run(old_token[slot] != 0 ? s_take : s_insert, gv, gn) > 0) {
                 token = pg::col_int64(0, 1);
                 granted = true;
