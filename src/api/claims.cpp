@@ -331,7 +331,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                             hint_have ? std::optional<ScanPos>(hint_pos) : std::nullopt, walk,
                             now, claims_end);
     });
-    if (claimed > 0) pg::flush_token_wal();
+    if (claimed > 0) api::after_tokens();
     return claimed;
 }
 
@@ -359,6 +359,7 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     SPI_connect();
     api::QueueInfo q = api::lookup_queue_cached(name);
     if (lease_us < 0) lease_us = q.lease_us;
+    api::before_tokens();
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {
         if (claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0)

@@ -299,7 +299,7 @@ int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
         if (pg::run(s_promote, v, nullptr) > 0) api::forget_hints(a.q->queue_id);
     }
     int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
-    if (claimed > 0) pg::flush_token_wal();
+    if (claimed > 0) api::after_tokens();
     return claimed;
 }
 
@@ -340,6 +340,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     SPI_connect();
     api::QueueInfo q = api::lookup_queue(name);
     if (lease_us < 0) lease_us = q.lease_us;
+    api::before_tokens();
     ClaimArgs a;
     a.q = &q;
     a.qname = PG_GETARG_DATUM(0);

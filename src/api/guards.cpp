@@ -141,13 +141,14 @@ PGCLAIM_FUNCTION(pgclaim_guard_begin) {
     int64_t lease_us = pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");
     pg::pure([&] { check_positive_duration("lease", lease_us, kMaxLeaseTtlUs); });
     SPI_connect();
+    api::before_tokens();
     TimestampTz now = pg::clock_now();
     Datum v[3] = {PointerGetDatum(k.t), TimestampTzGetDatum(now),
                   TimestampTzGetDatum(now + lease_us)};
     bool got = pg::run(s_begin, v, nullptr) > 0;
     int64 token = got ? pg::col_int64(0, 1) : 0;
     // The token must be durable before it leaves the server.
-    if (got) pg::flush_token_wal();
+    if (got) api::after_tokens();
     SPI_finish();
     if (!got) PG_RETURN_NULL();
     PG_RETURN_INT64(token);

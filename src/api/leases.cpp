@@ -207,6 +207,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     }
 
     SPI_connect();
+    api::before_tokens();
     int cap = permits + 8;
     HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
     int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
@@ -277,7 +278,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             CHECK_FOR_INTERRUPTS();
     }
     // The token must be durable before it leaves the server.
-    if (granted) pg::flush_token_wal();
+    if (granted) api::after_tokens();
     SPI_finish();
     if (!granted) PG_RETURN_NULL();
     PG_RETURN_INT64(token);

@@ -3,6 +3,7 @@
 
 #include "api/hints.hpp"
 #include "core/error.hpp"
+#include "worker/wakeup.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -69,6 +70,25 @@ void sync_caches() {
 
 void forget_queues() {
     pg::pure([&] { queue_cache().clear(); });
+}
+
+namespace {
+// 2^32: more tokens than a server could hand out between two WAL flushes.
+pg::Stmt s_token_jump = {
+    "SELECT pg_catalog.setval('claim.token_seq',"
+    "                         pg_catalog.nextval('claim.token_seq') + 4294967296)",
+    0, {}, nullptr};
+}  // namespace
+
+void before_tokens() {
+    if (!worker::preloaded() || worker::tokens_fenced()) return;
+    pg::run(s_token_jump, nullptr, nullptr);
+    pg::flush_token_wal();
+    worker::mark_tokens_fenced();
+}
+
+void after_tokens() {
+    if (!worker::preloaded()) pg::flush_token_wal();
 }
 
 Datum int8_array(const int64 *v, int n) {

@@ -30,6 +30,15 @@ void sync_caches();
 // Scan hints of this backend (see core/scan_hint.hpp).
 void forget_hints(int32 queue_id);
 
+// Fencing tokens survive a crash (README, "Tokens"). Every function that
+// hands out tokens calls before_tokens() before its first nextval and
+// after_tokens() once they are granted (SPI connected). With the preload,
+// the first grant in a database after shared memory was set up moves the
+// sequence 2^32 ahead and flushes that; later grants need no flush. Without
+// it, every grant flushes the WAL covering its tokens.
+void before_tokens();
+void after_tokens();
+
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
 

@@ -72,6 +72,10 @@ struct Shared {
     uint64 next_seq;
     pg_atomic_uint64 stamps[kBuckets];  // last wake time per bucket
     DbSlot dbs[kMaxDbSlots];
+    // Databases whose token sequence was moved past anything a crash could
+    // have lost since this shared memory was set up (see tokens_fenced()).
+    int nfenced;
+    Oid fenced[kMaxDbSlots];
     int nwaiter_slots;
     Waiter waiters[FLEXIBLE_ARRAY_MEMBER];
 };

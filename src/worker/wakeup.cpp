@@ -202,6 +202,28 @@ void fallback_wait(long timeout_ms) {
 
 bool preloaded() { return shared != nullptr; }
 
+bool tokens_fenced() {
+    static bool fenced_here = false;  // this process saw it already
+    if (fenced_here) return true;
+    if (shared == nullptr) return false;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    for (int i = 0; i < shared->nfenced; ++i)
+        if (shared->fenced[i] == MyDatabaseId) fenced_here = true;
+    LWLockRelease(shared->lock);
+    return fenced_here;
+}
+
+void mark_tokens_fenced() {
+    if (shared == nullptr) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    bool have = false;
+    for (int i = 0; i < shared->nfenced; ++i)
+        if (shared->fenced[i] == MyDatabaseId) have = true;
+    // A full table (more than kMaxDbSlots databases) just keeps flushing.
+    if (!have && shared->nfenced < kMaxDbSlots) shared->fenced[shared->nfenced++] = MyDatabaseId;
+    LWLockRelease(shared->lock);
+}
+
 uint32 bucket_of(Oid db, int kind, int64 key) {
     uint64 h = hash_combine64(hash_uint32(db), (uint64)key * UINT64CONST(0x9E3779B97F4A7C15));
     h = hash_combine64(h, (uint64)kind);

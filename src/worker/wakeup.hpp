@@ -43,4 +43,12 @@ void notify_ready(WaitKind kind, int64 key, int64 count);
 // True when the library was preloaded (shared memory and worker available).
 bool preloaded();
 
+// Tokens after a crash (src/api/shared.cpp, secure_tokens): the first grant
+// in a database after shared memory was set up (server start, crash restart)
+// moves the token sequence far ahead, durably; later grants need no flush.
+// tokens_fenced() tells whether that happened for MyDatabaseId; without the
+// preload it is always false. Neither raises.
+bool tokens_fenced();
+void mark_tokens_fenced();
+
 }  // namespace pgclaim::worker
