@@ -478,7 +478,11 @@ ratio_row() { # label claimkey basekey target unit
     echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS, ${DUR}s windows, pinned run ${PIN_DUR}s (last ${PIN_TAIL}s)"
     echo "backlog >= $BACKLOG items at the start of each run (fresh table/queue per run, VACUUM ANALYZE, CHECKPOINT)"
     echo "baseline: seed 004 SKIP LOCKED queue, table q(id bigserial PK, status text, process_id text, payload jsonb, created_at), partial index q(id) WHERE status='new'"
-    [[ $WITH_EXT == 1 ]] || echo "pg_claim not installed: baselines only"
+    if [[ $WITH_EXT == 1 ]]; then
+        echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC') (BENCH_SETUP=1 rebuilds and reinstalls from this checkout first)"
+    else
+        echo "pg_claim not installed: baselines only"
+    fi
     echo
     row "workload" "pg_claim" "baseline" "ratio" "target" "met?"
     row "--------------------------------------------" "------------------" "------------------" "------------" "----------------" "----"
