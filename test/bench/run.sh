@@ -172,8 +172,20 @@ run_pgbench() {
     (( clients < threads )) && threads=$clients
     [[ ${BENCH_STATS:-0} == 1 ]] && sql -c "SELECT pg_stat_statements_reset()" >/dev/null
     log "run $name: $clients clients, ${dur}s"
+    local sampler=
+    if [[ ${BENCH_STATS:-0} == 1 ]]; then
+        # Wait-event sampler: every 0.1 s, what the pgbench backends are doing (each sample is its
+        # own short transaction, so it pins no xmin).
+        printf '%s\n' "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'),
+                             left(regexp_replace(query, '\s+', ' ', 'g'), 40), count(*)
+                      FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active'
+                      GROUP BY 1, 2 \\watch 0.1" \
+            | "$PGBIN/psql" -X -q -At -F '|' >"$WORK/waits_$name.txt" 2>/dev/null &
+        sampler=$!
+    fi
     "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$threads" -T "$dur" -P 1 -f "$script" \
         >"$OUT/logs/$name.log" 2>&1 || true
+    if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; fi
     TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/logs/$name.log")
     TPS=${TPS:-0}
     ABORTED=0
@@ -188,10 +200,18 @@ run_pgbench() {
     if [[ ${BENCH_STATS:-0} == 1 ]]; then
         {
             echo "--- pg_stat_statements for $name (top 8 by total time)"
+            echo "calls | total_ms | mean_ms | rows | buffer hits/call | WAL bytes/call | query"
             sql -F ' | ' -c "SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
                                     round(mean_exec_time::numeric, 3) AS mean_ms, rows,
+                                    shared_blks_hit / greatest(calls, 1), round(wal_bytes / greatest(calls, 1)),
                                     left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-                             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8"
+                             FROM pg_stat_statements
+                             WHERE query NOT LIKE '%pg_stat_activity%' AND query NOT LIKE '%pg_stat_statements_reset%'
+                             ORDER BY total_exec_time DESC LIMIT 8"
+            echo "--- wait events of the pgbench backends during $name (share of active samples)"
+            awk -F'|' 'NF == 3 { n[$1 "  in  " $2] += $3; t += $3 }
+                 END { for (e in n) printf "%6.1f%%  %s\n", 100 * n[e] / t, e }' "$WORK/waits_$name.txt" \
+                | sort -rn | head -10
         } | tee -a "$OUT/logs/stats.txt" >&2
     fi
 }
