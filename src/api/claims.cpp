@@ -75,6 +75,11 @@ Stmt s_claim = {
     "    AND (i.group_key IS NULL OR NOT EXISTS ("
     "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
     "           AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id))"
+    /* A claim committed since the scan: skip it here, so that the upsert
+       below never row-locks a live claim (its holder's complete() would
+       have to wait for this transaction). */
+    "    AND NOT EXISTS (SELECT 1 FROM claim.claims x WHERE x.item_id = i.id"
+    "                    AND (x.lease_until > $3 OR x.attempt >= $5))"
     "), ins AS ("
     "  INSERT INTO claim.claims AS c"
     "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"

@@ -15,8 +15,9 @@
 // an enqueue with a higher priority, a redriven or promoted item. Those are
 // never lost: the position is forgotten after a validity period and the scan
 // starts from the head again. The period adapts to what a walk from the head
-// costs (20x that cost, between 20 ms and 2 s), so a cheap walk happens often
-// and an expensive one stays below ~5% of the time.
+// costs (200x that cost, between 20 ms and 5 s), so a cheap walk happens often
+// and an expensive one stays below ~0.5% of a backend's time: every backend
+// walks on its own, and a busy server has many more backends than cores.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,8 @@ struct ScanPos {
 class ScanHints {
 public:
     static constexpr int64_t kMinValidUs = 20'000;
-    static constexpr int64_t kMaxValidUs = 2'000'000;
-    static constexpr int64_t kCostFactor = 20;
+    static constexpr int64_t kMaxValidUs = 5'000'000;
+    static constexpr int64_t kCostFactor = 200;
 
     // The position to start from, or nothing to start at the head.
     std::optional<ScanPos> start(int32_t queue_id, int64_t now_us) const;

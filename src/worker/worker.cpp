@@ -374,6 +374,10 @@ void add_count(QueueCount *list, int *n, int cap, int32 queue_id, int64 count) {
 
 // One transaction. `full`: do the duties (else only the extension check and
 // the NOTIFYs producers asked for). Returns when the duties are due next.
+// Shortest time between two rounds that commits asked for (wake-ups of due
+// work are not held back by it).
+constexpr int64 kMinRoundGapUs = 25 * 1000;
+
 TimestampTz cycle(bool full, TimestampTz *last_expiry, TimestampTz next_due) {
     DbSlot *slot = &shared->dbs[my_slot];
     SetCurrentStatementStartTimestamp();
@@ -815,6 +819,7 @@ void pgclaim_worker_main(Datum arg) {
                                                ALLOCSET_DEFAULT_SIZES);
     TimestampTz last_expiry = DT_NOBEGIN;
     TimestampTz next_due = 0;
+    TimestampTz last_round = 0;
     DbSlot *slot = &shared->dbs[my_slot];
     for (;;) {
         CHECK_FOR_INTERRUPTS();
@@ -825,6 +830,16 @@ void pgclaim_worker_main(Datum arg) {
         if (!guc_worker_enabled) worker_leave(ExitReason::Disabled);
         now = GetCurrentTimestamp();
         if (slot->paused_until > now) worker_leave(ExitReason::Paused);
+
+        // Commits poke the worker (NOTIFY, wake-ups): under a steady stream
+        // of them, a round at most every kMinRoundGapUs, not one per commit.
+        if (last_round != 0 && now - last_round < kMinRoundGapUs && next_due > now) {
+            long gap_ms = (long)((kMinRoundGapUs - (now - last_round) + 999) / 1000);
+            (void)WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, gap_ms, PG_WAIT_EXTENSION);
+            CHECK_FOR_INTERRUPTS();
+            now = GetCurrentTimestamp();
+        }
+        last_round = now;
 
         MemoryContext old = MemoryContextSwitchTo(loop);
         next_due = cycle(now >= next_due, &last_expiry, next_due);

@@ -28,10 +28,10 @@ TEST(ScanHints, EmptyQueueForgets) {
 
 TEST(ScanHints, ValidityFollowsWalkCost) {
     EXPECT_EQ(ScanHints::validity_us(0), ScanHints::kMinValidUs);
-    EXPECT_EQ(ScanHints::validity_us(10'000), 200'000);
+    EXPECT_EQ(ScanHints::validity_us(10'000), 2'000'000);
     EXPECT_EQ(ScanHints::validity_us(1'000'000'000), ScanHints::kMaxValidUs);
     ScanHints h;
-    h.record(1, true, ScanPos{0, 5}, 10'000, 0);  // a 10 ms walk: valid 200 ms
+    h.record(1, true, ScanPos{0, 5}, 1'000, 0);  // a 1 ms walk: valid 200 ms
     EXPECT_TRUE(h.start(1, 199'000).has_value());
     EXPECT_FALSE(h.start(1, 200'001).has_value());
 }
