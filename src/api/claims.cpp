@@ -65,27 +65,38 @@ Stmt s_scan_after = {SCAN_SELECT "AND (i.ord, i.id) > ($3, $4) ORDER BY i.ord, i
 
 // Claim the locked candidates that are still claimable: pending, ready, the
 // head of their group, and either never claimed or with an expired lease and
-// attempts left. One statement for the whole batch.
+// attempts left. One statement for the whole batch. The caller holds every
+// candidate's item lock, so nobody else can add or change a claim row of
+// these items before it commits: what this statement's snapshot shows of
+// claim.claims stays true, and a plain INSERT (no speculative insertion) is
+// safe for items without a claim row.
 Stmt s_claim = {
     "WITH cand AS ("
-    "  SELECT i.id, i.queue_id, i.failures, u.n"
+    "  SELECT i.id, i.queue_id, i.failures, u.n, i.group_key, i.payload, i.enqueued_at,"
+    "         x.item_id IS NOT NULL AS has_row"
     "  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)"
     "  JOIN claim.items i ON i.id = u.id"
+    "  LEFT JOIN claim.claims x ON x.item_id = i.id"
     "  WHERE i.state = 'r' AND i.run_at IS NULL"
     "    AND (i.group_key IS NULL OR NOT EXISTS ("
     "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
     "           AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id))"
-    /* A claim committed since the scan: skip it here, so that the upsert
-       below never row-locks a live claim (its holder's complete() would
-       have to wait for this transaction). */
-    "    AND NOT EXISTS (SELECT 1 FROM claim.claims x WHERE x.item_id = i.id"
-    "                    AND (x.lease_until > $3 OR x.attempt >= $5))"
+    "    AND (x.item_id IS NULL OR (x.lease_until <= $3 AND x.attempt < $5))"
+    "), tok AS ("
+    "  SELECT cand.*, pg_catalog.nextval('claim.token_seq') AS token FROM cand ORDER BY n"
     "), ins AS ("
-    "  INSERT INTO claim.claims AS c"
-    "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
-    "  SELECT id, queue_id, pg_catalog.nextval('claim.token_seq'), failures + 1, $2, $3, $4"
-    "  FROM cand ORDER BY n"
-    PGCLAIM_CLAIM_UPSERT "ORDER BY i.ord, i.id",
+    "  INSERT INTO claim.claims (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
+    "  SELECT id, queue_id, token, failures + 1, $2, $3, $4 FROM tok WHERE NOT has_row"
+    "  RETURNING item_id, token, attempt, lease_until"
+    "), upd AS ("
+    "  UPDATE claim.claims c SET token = tok.token, attempt = c.attempt + 1, lease_until = $2,"
+    "         claimed_at = $3, worker = $4"
+    "  FROM tok WHERE tok.has_row AND c.item_id = tok.id"
+    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"
+    "), got AS (SELECT * FROM ins UNION ALL SELECT * FROM upd) "
+    "SELECT got.item_id, got.token, got.attempt, got.lease_until,"
+    "       tok.group_key, tok.payload, tok.enqueued_at "
+    "FROM got JOIN tok ON tok.id = got.item_id ORDER BY tok.n",
     5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
 
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
@@ -241,7 +252,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     HTAB *groups = int64_set("pg_claim groups", 64);
     HTAB *taken = int64_set("pg_claim taken", 64);
-    long page = n + 32;
+    long page = 2 * (long)n + 8;  // a few more than n: some are taken meanwhile
     int64 *cand = (int64 *)palloc(sizeof(int64) * page);
     int64 *dead = (int64 *)palloc(sizeof(int64) * page);
     int claimed = 0;

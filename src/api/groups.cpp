@@ -338,6 +338,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
 
     SPI_connect();
+    api::sync_caches();  // scan hints of a dropped installation must go
     api::QueueInfo q = api::lookup_queue(name);
     if (lease_us < 0) lease_us = q.lease_us;
     api::before_tokens();
