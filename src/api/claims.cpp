@@ -76,7 +76,10 @@ Stmt s_claim = {
     "         x.item_id IS NOT NULL AS has_row"
     "  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)"
     "  JOIN claim.items i ON i.id = u.id"
-    "  LEFT JOIN claim.claims x ON x.item_id = i.id"
+    /* LATERAL: always an index probe per candidate, never a scan of a
+       claims table that may be full of dead rows. */
+    "  LEFT JOIN LATERAL (SELECT item_id, lease_until, attempt FROM claim.claims cc"
+    "                     WHERE cc.item_id = i.id) x ON true"
     "  WHERE i.state = 'r' AND i.run_at IS NULL"
     "    AND (i.group_key IS NULL OR NOT EXISTS ("
     "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
@@ -252,7 +255,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     HTAB *groups = int64_set("pg_claim groups", 64);
     HTAB *taken = int64_set("pg_claim taken", 64);
-    long page = 2 * (long)n + 8;  // a few more than n: some are taken meanwhile
+    long page = n + 32;  // a few more than n: some are taken meanwhile
     int64 *cand = (int64 *)palloc(sizeof(int64) * page);
     int64 *dead = (int64 *)palloc(sizeof(int64) * page);
     int claimed = 0;
