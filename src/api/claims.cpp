@@ -13,6 +13,7 @@
 //  * after taking the lock every check reads the latest committed state.
 #include "api/hints.hpp"
 #include "api/shared.hpp"
+#include "pg/direct.hpp"
 #include "worker/wakeup.hpp"
 
 extern "C" {
@@ -24,6 +25,7 @@ extern "C" {
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
+namespace direct = pgclaim::pg::direct;
 
 ScanHints &pgclaim::api::hints() {
     static ScanHints h;
@@ -50,69 +52,8 @@ Stmt s_promote = {
     "          AND run_at IS NOT NULL AND run_at > $2)",
     2, {INT4OID, TIMESTAMPTZOID}, nullptr};
 
-#define SCAN_SELECT                                                          \
-    "SELECT i.id, i.ord, i.group_key, c.lease_until, c.attempt "             \
-    "FROM claim.items i "                                                    \
-    "LEFT JOIN LATERAL (SELECT lease_until, attempt FROM claim.claims cc "   \
-    "                   WHERE cc.item_id = i.id) c ON true "                 \
-    "WHERE i.queue_id = $1 AND i.state = 'r' AND i.run_at IS NULL "
-
-Stmt s_scan_head = {SCAN_SELECT "ORDER BY i.ord, i.id LIMIT $2", 2, {INT4OID, INT8OID}, nullptr};
-Stmt s_scan_from = {SCAN_SELECT "AND (i.ord, i.id) >= ($3, $4) ORDER BY i.ord, i.id LIMIT $2", 4,
-                    {INT4OID, INT8OID, INT4OID, INT8OID}, nullptr};
-Stmt s_scan_after = {SCAN_SELECT "AND (i.ord, i.id) > ($3, $4) ORDER BY i.ord, i.id LIMIT $2", 4,
-                     {INT4OID, INT8OID, INT4OID, INT8OID}, nullptr};
-
-// Claim the locked candidates that are still claimable: pending, ready, the
-// head of their group, and either never claimed or with an expired lease and
-// attempts left. One statement for the whole batch. The caller holds every
-// candidate's item lock, so nobody else can add or change a claim row of
-// these items before it commits: what this statement's snapshot shows of
-// claim.claims stays true, and a plain INSERT (no speculative insertion) is
-// safe for items without a claim row.
-Stmt s_claim = {
-    "WITH cand AS ("
-    "  SELECT i.id, i.queue_id, i.failures, u.n, i.group_key, i.payload, i.enqueued_at,"
-    "         x.item_id IS NOT NULL AS has_row"
-    "  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)"
-    "  JOIN claim.items i ON i.id = u.id"
-    /* LATERAL: always an index probe per candidate, never a scan of a
-       claims table that may be full of dead rows. */
-    "  LEFT JOIN LATERAL (SELECT item_id, lease_until, attempt FROM claim.claims cc"
-    "                     WHERE cc.item_id = i.id) x ON true"
-    "  WHERE i.state = 'r' AND i.run_at IS NULL"
-    "    AND (i.group_key IS NULL OR NOT EXISTS ("
-    "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
-    "           AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id))"
-    "    AND (x.item_id IS NULL OR (x.lease_until <= $3 AND x.attempt < $5))"
-    "), tok AS ("
-    "  SELECT cand.*, pg_catalog.nextval('claim.token_seq') AS token FROM cand ORDER BY n"
-    "), ins AS ("
-    "  INSERT INTO claim.claims (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
-    "  SELECT id, queue_id, token, failures + 1, $2, $3, $4 FROM tok WHERE NOT has_row"
-    "  RETURNING item_id, token, attempt, lease_until"
-    "), upd AS ("
-    "  UPDATE claim.claims c SET token = tok.token, attempt = c.attempt + 1, lease_until = $2,"
-    "         claimed_at = $3, worker = $4"
-    "  FROM tok WHERE tok.has_row AND c.item_id = tok.id"
-    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"
-    "), got AS (SELECT * FROM ins UNION ALL SELECT * FROM upd) "
-    "SELECT got.item_id, got.token, got.attempt, got.lease_until,"
-    "       tok.group_key, tok.payload, tok.enqueued_at "
-    "FROM got JOIN tok ON tok.id = got.item_id ORDER BY tok.n",
-    5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
-
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
                       {INT8OID}, nullptr};
-
-// The item lock is taken inside the DELETE, after the claim row was found
-// and before it is deleted: if a claimer changed the row meanwhile (it held
-// the lock), the DELETE re-checks the new row version and skips it.
-Stmt s_complete = {
-    "WITH c AS (DELETE FROM claim.claims WHERE token = $1 AND lease_until > $2"
-    "           AND claim._lock_item(item_id) RETURNING item_id) "
-    "DELETE FROM claim.items i USING c WHERE i.id = c.item_id",
-    2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_complete_many = {
     "WITH c AS (DELETE FROM claim.claims WHERE token = ANY ($1) AND lease_until > $2"
@@ -254,12 +195,10 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     });
 
     HTAB *groups = int64_set("pg_claim groups", 64);
-    HTAB *taken = int64_set("pg_claim taken", 64);
-    long page = n + 32;  // a few more than n: some are taken meanwhile
-    int64 *cand = (int64 *)palloc(sizeof(int64) * page);
-    int64 *dead = (int64 *)palloc(sizeof(int64) * page);
+    int64 *cand = (int64 *)palloc(sizeof(int64) * n);
+    int dead_cap = 16;
+    int64 *dead = (int64 *)palloc(sizeof(int64) * dead_cap);
     int claimed = 0;
-    bool first_page = true;
     TimestampTz lease_until = now + lease_us;
     bool hint_done = false, hint_have = false;
     ScanPos hint_pos = pos;
@@ -267,83 +206,107 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     int64 walk = 0;
     TimestampTz t0 = GetCurrentTimestamp();
 
-    for (;;) {
-        Datum v[4] = {Int32GetDatum(q.queue_id), Int64GetDatum(page), Int32GetDatum(pos.ord),
-                      Int64GetDatum(pos.id)};
-        uint64 rows = pg::run(first_page ? (from_head ? s_scan_head : s_scan_from) : s_scan_after,
-                              v, nullptr);
-
+    // The scan reads a snapshot taken now; every candidate is checked again
+    // under its lock with a snapshot taken after the lock was granted.
+    direct::Tables *t = direct::open(direct::Mode::Claim);
+    Snapshot scan_snap = direct::latest();
+    direct::ReadyScan *scan =
+        direct::ready_begin(t, q.queue_id, from_head ? nullptr : &pos, true, scan_snap);
+    bool exhausted = false;
+    while (claimed < n && !exhausted) {
         int ncand = 0, ndead = 0;
-        for (uint64 r = 0; r < rows; ++r) {
-            bool lease_null, group_null;
-            int64 id = pg::col_int64(r, 1);
-            pos = ScanPos{pg::col_int32(r, 2), id};
-            Datum gk = pg::col(r, 3, &group_null);
-            TimestampTz lu = DatumGetTimestampTz(pg::col(r, 4, &lease_null));
+        while (claimed + ncand < n) {
+            int64 id;
+            int32 ord;
+            Datum gk;
+            bool group_null;
+            if (!direct::ready_next(scan, &id, &ord, &gk, &group_null)) {
+                exhausted = true;
+                break;
+            }
+            CHECK_FOR_INTERRUPTS();
+            pos = ScanPos{ord, id};
+            direct::ClaimRow c;
+            bool has = direct::claim_of(t, id, scan_snap, &c);
+            bool live = has && c.lease_until > now;
             if (!hint_done) {
                 // The next scan may start at the first item that is not under
                 // a live claim; the claims passed over bound how long.
                 hint_pos = pos;
                 hint_have = true;
-                if (!lease_null && lu > now) {
-                    if (lu < claims_end) claims_end = lu;
+                if (live) {
+                    if (c.lease_until < claims_end) claims_end = c.lease_until;
                 } else {
                     hint_done = true;
                     walk = GetCurrentTimestamp() - t0;  // what reaching it cost
                 }
             }
-            if (!lease_null && lu > now) continue;  // live claim
-            if (!lease_null && pg::col_int32(r, 5) >= q.max_attempts) {
-                if (pg::lock_item(id, false)) dead[ndead++] = id;
+            if (live) continue;
+            if (has && c.attempt >= q.max_attempts) {
+                if (pg::lock_item(id, false)) {
+                    if (ndead == dead_cap) {
+                        dead_cap *= 2;
+                        dead = (int64 *)repalloc(dead, sizeof(int64) * dead_cap);
+                    }
+                    dead[ndead++] = id;
+                }
                 continue;
             }
             uint64 gh = 0;
             if (!group_null) {
-                text *t = DatumGetTextPP(gk);
-                gh = hash_bytes_extended((const unsigned char *)VARDATA_ANY(t),
-                                         (int)VARSIZE_ANY_EXHDR(t), 0);
+                text *gt = DatumGetTextPP(gk);
+                gh = hash_bytes_extended((const unsigned char *)VARDATA_ANY(gt),
+                                         (int)VARSIZE_ANY_EXHDR(gt), 0);
                 if (set_has(groups, gh)) continue;  // one item per group per call
             }
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
             if (!group_null) set_add(groups, gh);
             cand[ncand++] = id;
-            if (claimed + ncand >= n) break;
         }
 
         api::kill_expired(dead, ndead, now, q.max_attempts);
-        if (ncand > 0) {
-            Datum cv[5] = {api::int8_array(cand, ncand), TimestampTzGetDatum(lease_until),
-                           TimestampTzGetDatum(now), worker, Int32GetDatum(q.max_attempts)};
-            char cn[6] = {' ', ' ', ' ', worker_null ? 'n' : ' ', ' ', '\0'};
-            uint64 got = pg::run(s_claim, cv, cn);
-            for (uint64 r = 0; r < got; ++r) {
-                Datum out[8];
-                bool isnull[8] = {false, false, false, false, false, false, false, false};
-                out[0] = qname;
-                out[1] = pg::col(r, 1, &isnull[1]);
-                out[2] = pg::col(r, 2, &isnull[2]);
-                out[3] = pg::col(r, 5, &isnull[3]);
-                out[4] = pg::col(r, 6, &isnull[4]);
-                out[5] = pg::col(r, 3, &isnull[5]);
-                out[6] = pg::col(r, 7, &isnull[6]);
-                out[7] = pg::col(r, 4, &isnull[7]);
-                tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
-                set_add(taken, (uint64)DatumGetInt64(out[1]));
+        if (ncand == 0) continue;
+        // Under the locks: still pending and ready, the head of its group,
+        // and either never claimed or expired with attempts left. Nobody
+        // else can change these items' claim rows before we commit.
+        Snapshot snap = direct::latest();
+        for (int i = 0; i < ncand; ++i) {
+            int64 id = cand[i];
+            direct::ClaimRow c;
+            direct::ItemRow it;
+            bool has = direct::claim_of(t, id, snap, &c);
+            bool ok = (!has || (c.lease_until <= now && c.attempt < q.max_attempts)) &&
+                      direct::item_get(t, id, snap, &it) && it.ready &&
+                      (it.group_null ||
+                       !direct::group_has_earlier(t, q.queue_id, it.group_key, id, snap)) &&
+                      (!has || direct::claim_delete(t, &c.tid));
+            if (!ok) {
+                pg::unlock_item(id);  // not ours to hold
+                continue;
             }
-            // Candidates that turned out not claimable are not ours to hold.
-            for (int i = 0; i < ncand; ++i)
-                if (!set_has(taken, (uint64)cand[i])) pg::unlock_item(cand[i]);
-            claimed += (int)got;
+            int64 token = direct::next_token(t);
+            int32 attempt = has ? c.attempt + 1 : it.failures + 1;
+            direct::claim_insert(t, id, q.queue_id, token, attempt, lease_until, now, worker,
+                                 worker_null);
+            Datum out[8] = {qname,
+                            Int64GetDatum(id),
+                            Int64GetDatum(token),
+                            it.group_key,
+                            it.payload,
+                            Int32GetDatum(attempt),
+                            TimestampTzGetDatum(it.enqueued_at),
+                            TimestampTzGetDatum(lease_until)};
+            bool isnull[8] = {false, false, false, it.group_null, false, false, false, false};
+            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
+            ++claimed;
         }
-        if (claimed >= n || rows < (uint64)page) break;
-        first_page = false;
-        if (page < 2000) {
-            page = page * 2 > 2000 ? 2000 : page * 2;
-            cand = (int64 *)repalloc(cand, sizeof(int64) * page);
-            dead = (int64 *)repalloc(dead, sizeof(int64) * page);
-        }
-        CHECK_FOR_INTERRUPTS();
+        direct::release(snap);
     }
+    direct::ready_end(scan);
+    direct::release(scan_snap);
+    direct::close(t);
+    // Later statements of this transaction (and SPI below) see the claims.
+    if (claimed > 0) CommandCounterIncrement();
     if (!hint_done) walk = GetCurrentTimestamp() - t0;
     pg::pure([&] {
         api::hints().record(q.queue_id, from_head,
@@ -396,12 +359,36 @@ PGCLAIM_FUNCTION(pgclaim_complete) {
     pg::require_arg(fcinfo, 0, "token");
     pg::require_primary("claim.complete");
     int64 token = PG_GETARG_INT64(0);
-    SPI_connect();
-    Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
-    uint64 n = pg::run(s_complete, v, nullptr);
-    if (n == 0) refuse(token);
-    SPI_finish();
-    PG_RETURN_INT32((int32)n);
+    api::sync_caches();
+    TimestampTz now = pg::clock_now();
+    direct::Tables *t = direct::open(direct::Mode::Complete);
+    Snapshot snap = direct::latest();
+    int64 *ids;
+    int n = direct::items_with_token(t, token, snap, &ids);
+    direct::release(snap);
+    int done = 0;
+    if (n > 0) {
+        // Lock the items (ascending), then check the claim rows again: a
+        // claimer that held a lock meanwhile may have changed them.
+        for (int i = 0; i < n; ++i) pg::lock_item(ids[i], true);
+        snap = direct::latest();
+        for (int i = 0; i < n; ++i) {
+            direct::ClaimRow c;
+            direct::ItemRow it;
+            if (direct::claim_of(t, ids[i], snap, &c) && c.token == token &&
+                c.lease_until > now && direct::claim_delete(t, &c.tid) &&
+                direct::item_get(t, ids[i], snap, &it) && direct::item_delete(t, &it.tid))
+                ++done;
+        }
+        direct::release(snap);
+    }
+    direct::close(t);
+    if (done == 0) {
+        SPI_connect();
+        refuse(token);
+    }
+    CommandCounterIncrement();
+    PG_RETURN_INT32(done);
 }
 
 PGCLAIM_FUNCTION(pgclaim_complete_many) {

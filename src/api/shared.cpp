@@ -2,6 +2,7 @@
 #include "api/shared.hpp"
 
 #include "api/hints.hpp"
+#include "pg/direct.hpp"
 #include "core/error.hpp"
 #include "worker/wakeup.hpp"
 
@@ -66,6 +67,7 @@ void sync_caches() {
         hints().forget_all();
         promote_schedule().forget_all();
     });
+    pg::direct::reset();
 }
 
 void forget_queues() {

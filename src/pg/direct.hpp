@@ -1,0 +1,87 @@
+// Server layer: direct access to claim.items and claim.claims for the hot
+// paths (claim_next, complete). No SPI, no planner, no executor start-up:
+// index probes and scans with an explicit snapshot, heap writes, and index
+// maintenance through the executor's own helpers (ExecSimpleRelationInsert,
+// as logical replication does).
+//
+// The same rules as pg.hpp: plain data only in frames that may raise.
+// Every check that decides a write is made under the item's lock
+// (pg::lock_item) with a snapshot taken after the lock was granted.
+#pragma once
+
+#include "core/scan_hint.hpp"
+#include "pg/pg.hpp"
+
+extern "C" {
+#include "storage/itemptr.h"
+#include "utils/snapshot.h"
+}
+
+namespace pgclaim::pg::direct {
+
+// Forget the resolved relation OIDs (the extension was dropped and created
+// again). api::sync_caches() calls it.
+void reset();
+
+// A registered copy of the latest committed snapshot; release() it.
+Snapshot latest();
+void release(Snapshot snap);
+
+// The relations of one call, opened with the locks and privilege checks
+// the equivalent SQL would take. Closed by close() (or by the resource
+// owner on error).
+struct Tables;
+enum class Mode { Claim, Complete };
+Tables *open(Mode mode);
+void close(Tables *t);
+
+// Ready items of a queue in delivery order (ord, id), from the head or
+// from `from` (inclusive or strictly after).
+struct ReadyScan;
+ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
+                       Snapshot snap);
+// The next visible ready item; *group_key is valid until the next call.
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null);
+void ready_end(ReadyScan *s);
+
+struct ClaimRow {
+    int64 token;
+    int32 attempt;
+    TimestampTz lease_until;
+    ItemPointerData tid;
+};
+// The claim row of an item, if one is visible.
+bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out);
+// Items whose claim row carries `token`, ascending; returns the count and
+// a palloc'd array in *ids.
+int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids);
+
+struct ItemRow {
+    int32 queue_id;
+    bool ready;  // state 'r' and run_at NULL
+    int32 failures;
+    bool group_null;
+    Datum group_key;  // these datums stay valid until the next item_get()
+    Datum payload;
+    TimestampTz enqueued_at;
+    ItemPointerData tid;
+};
+bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
+
+// Is an earlier unfinished item of the group visible?
+bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap);
+
+// Writes. The caller holds the item's lock.
+void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
+                  TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
+                  bool worker_null);
+// Delete a claim row or an item by tuple id; false when the row was
+// deleted or changed concurrently (by something that does not take item
+// locks, e.g. drop_queue), in which case nothing was written.
+bool claim_delete(Tables *t, const ItemPointerData *tid);
+bool item_delete(Tables *t, const ItemPointerData *tid);
+
+// The next fencing token (nextval of claim.token_seq, with its USAGE check).
+int64 next_token(Tables *t);
+
+}  // namespace pgclaim::pg::direct
