@@ -188,6 +188,36 @@ SELECT pg_temp.try($$SELECT claim.enqueue('b', '{}')$$);
 -- tokens keep growing across queues
 SELECT last_value > 0 AS sequence_used FROM claim.token_seq;
 
+-- a read-only transaction can neither claim nor complete (25006)
+SELECT claim.enqueue('e', '{"ro": 1}') > 0 AS enqueued;
+BEGIN READ ONLY;
+SELECT pg_temp.try($$SELECT claim.claim_next('e')$$);
+ROLLBACK;
+SELECT token AS ro FROM claim.claim_next('e') \gset
+BEGIN READ ONLY;
+SELECT pg_temp.try(format('SELECT claim.complete(%s)', :ro));
+ROLLBACK;
+SELECT claim.complete(:ro);
+
+-- the functions run with the caller's rights: a role without rights on the
+-- tables is refused (42501), one with the documented grants works
+CREATE ROLE regress_pgclaim_none;
+CREATE ROLE regress_pgclaim_app;
+GRANT USAGE ON SCHEMA claim TO regress_pgclaim_none, regress_pgclaim_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA claim TO regress_pgclaim_app;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA claim TO regress_pgclaim_app;
+SELECT claim.enqueue('e', '{"role": 1}') > 0 AS enqueued;
+SET ROLE regress_pgclaim_none;
+SELECT pg_temp.try($$SELECT claim.claim_next('e')$$);
+SELECT pg_temp.try($$SELECT claim.complete(1)$$);
+RESET ROLE;
+SET ROLE regress_pgclaim_app;
+SELECT token AS rt FROM claim.claim_next('e') \gset
+SELECT claim.complete(:rt) AS completed_by_app;
+RESET ROLE;
+DROP OWNED BY regress_pgclaim_none, regress_pgclaim_app;
+DROP ROLE regress_pgclaim_none, regress_pgclaim_app;
+
 -- privileges: admin functions are not for PUBLIC, tables are not either
 SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval)', 'EXECUTE') AS public_create,
        has_function_privilege('public', 'claim.drop_queue(text)', 'EXECUTE') AS public_drop,

@@ -21,6 +21,7 @@ extern "C" {
 #include "storage/latch.h"
 #include "utils/hsearch.h"
 #include "utils/wait_event.h"
+#include "tcop/utility.h"
 }
 
 using namespace pgclaim;
@@ -324,6 +325,7 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     pg::require_arg(fcinfo, 1, "n");
     pg::require_arg(fcinfo, 3, "wait");
     pg::require_primary("claim.claim_next");
+    PreventCommandIfReadOnly("claim.claim_next()");
     char *name = pg::arg_cstring(fcinfo, 0);
     int32 n = PG_GETARG_INT32(1);
     int64 lease_us = lease_arg(fcinfo, 2);

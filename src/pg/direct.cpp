@@ -20,6 +20,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "tcop/utility.h"
 }
 
 namespace pgclaim::pg::direct {
