@@ -36,7 +36,8 @@ CREATE TABLE claim.items (
     id            bigint PRIMARY KEY DEFAULT pg_catalog.nextval('claim.item_id_seq'),
     -- No foreign key: its KEY SHARE lock on the queue row would make every
     -- concurrent enqueue of a queue share one multixact. drop_queue removes
-    -- the items itself, under a lock that producers take in share mode.
+    -- the items itself, holding a lock on this table that conflicts with
+    -- the producers' row-exclusive lock.
     queue_id      integer NOT NULL,
     priority      integer NOT NULL DEFAULT 0,
     ord           integer NOT NULL GENERATED ALWAYS AS (-priority) STORED,

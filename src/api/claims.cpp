@@ -197,6 +197,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     HTAB *groups = int64_set("pg_claim groups", 64);
     int64 *cand = (int64 *)palloc(sizeof(int64) * n);
+    ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
     int dead_cap = 16;
     int64 *dead = (int64 *)palloc(sizeof(int64) * dead_cap);
     int claimed = 0;
@@ -221,7 +222,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             int32 ord;
             Datum gk;
             bool group_null;
-            if (!direct::ready_next(scan, &id, &ord, &gk, &group_null)) {
+            ItemPointerData tid;
+            if (!direct::ready_next(scan, &id, &ord, &gk, &group_null, &tid)) {
                 exhausted = true;
                 break;
             }
@@ -262,6 +264,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             }
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
             if (!group_null) set_add(groups, gh);
+            cand_tid[ncand] = tid;
             cand[ncand++] = id;
         }
 
@@ -277,7 +280,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             direct::ItemRow it;
             bool has = direct::claim_of(t, id, snap, &c);
             bool ok = (!has || (c.lease_until <= now && c.attempt < q.max_attempts)) &&
-                      direct::item_get(t, id, snap, &it) && it.ready &&
+                      direct::item_at(t, &cand_tid[i], snap, &it) && it.ready &&
                       (it.group_null ||
                        !direct::group_has_earlier(t, q.queue_id, it.group_key, id, snap)) &&
                       (!has || direct::claim_delete(t, &c.tid));

@@ -2,6 +2,7 @@
 //   claim.create_queue, claim.drop_queue, claim.enqueue, claim.enqueue_batch,
 //   claim.redrive
 #include "api/shared.hpp"
+#include "pg/direct.hpp"
 #include "worker/wakeup.hpp"
 
 using namespace pgclaim;
@@ -17,12 +18,6 @@ Stmt s_create = {
 Stmt s_drop = {"DELETE FROM claim.queues WHERE name = $1 RETURNING queue_id", 1, {TEXTOID}, nullptr};
 Stmt s_drop_items = {"DELETE FROM claim.items WHERE queue_id = $1", 1, {INT4OID}, nullptr};
 Stmt s_drop_claims = {"DELETE FROM claim.claims WHERE queue_id = $1", 1, {INT4OID}, nullptr};
-
-Stmt s_enqueue = {
-    "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
-    "SELECT q.queue_id, $2, $3, $4, $5, $6 FROM claim.queues q WHERE q.name = $1 "
-    "RETURNING id, queue_id",
-    6, {TEXTOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID, JSONBOID}, nullptr};
 
 Stmt s_enqueue_dedup = {
     "INSERT INTO claim.items (queue_id, priority, run_at, group_key, dedup_key, payload) "
@@ -56,6 +51,8 @@ Stmt s_redrive = {
     "d AS (DELETE FROM claim.claims c USING r WHERE c.item_id = r.id) "
     "SELECT count(*)::int4, min(queue_id) FROM r",
     2, {TEXTOID, INT8ARRAYOID}, nullptr};
+
+[[noreturn]] void unknown_queue_error(const char *name) { api::unknown_queue(name); }
 
 // 42704 unless the queue exists.
 void require_queue_exists(const char *name) { (void)api::lookup_queue(name); }
@@ -123,7 +120,7 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::require_arg(fcinfo, 0, "queue");
     pg::require_primary("claim.drop_queue");
     char *name = pg::arg_cstring(fcinfo, 0);
-    pg::lock_queue_name(name, true);
+    pg::direct::lock_items(true);
     SPI_connect();
     Datum v[1] = {PG_GETARG_DATUM(0)};
     if (pg::run(s_drop, v, nullptr) == 0) api::unknown_queue(name);
@@ -145,48 +142,62 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     check_key(fcinfo, 2, "group_key");
     check_key(fcinfo, 5, "dedup_key");
     char *name = pg::arg_cstring(fcinfo, 0);
-    pg::lock_queue_name(name, false);
+    char run_at_null = ' ';
+    Datum run_at = effective_run_at(fcinfo, 3, &run_at_null);
 
+    if (PG_ARGISNULL(5)) {
+        // The common case has no SQL inside: one index probe for the queue,
+        // one heap insert with its index entries.
+        namespace direct = pgclaim::pg::direct;
+        direct::Tables *t = direct::open(direct::Mode::Enqueue);
+        Snapshot snap = direct::latest();
+        int32 qid = direct::queue_id(t, PG_GETARG_DATUM(0), snap);
+        direct::release(snap);
+        if (qid < 0) unknown_queue_error(name);
+        int64 id = direct::item_insert(t, qid, PG_GETARG_INT32(4), run_at, run_at_null == 'n',
+                                       PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2),
+                                       PG_ARGISNULL(2), PG_GETARG_DATUM(1));
+        direct::close(t);
+        CommandCounterIncrement();
+        if (run_at_null == 'n') worker::notify_ready(worker::WaitKind::Queue, qid, 1);
+        PG_RETURN_INT64(id);
+    }
+
+    pg::direct::lock_items(false);
     Datum v[6];
     char nulls[7] = "      ";
     v[0] = PG_GETARG_DATUM(0);
     v[1] = PG_GETARG_DATUM(4);
-    v[2] = effective_run_at(fcinfo, 3, &nulls[2]);
+    v[2] = run_at;
+    nulls[2] = run_at_null;
     v[3] = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
     nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
-    v[4] = PG_ARGISNULL(5) ? (Datum)0 : PG_GETARG_DATUM(5);
-    nulls[4] = PG_ARGISNULL(5) ? 'n' : ' ';
+    v[4] = PG_GETARG_DATUM(5);
     v[5] = PG_GETARG_DATUM(1);
 
     SPI_connect();
     int64 id = 0;
-    if (PG_ARGISNULL(5)) {
-        if (pg::run(s_enqueue, v, nulls) == 0) api::unknown_queue(name);
-        id = pg::col_int64(0, 1);
-        if (nulls[2] == 'n') worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
-    } else {
-        // Insert unless an unfinished item has the key; then return that one.
-        // The item found may finish in between: try again (bounded).
-        bool done = false;
-        for (int round = 0; round < 100 && !done; ++round) {
-            if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
-                id = pg::col_int64(0, 1);
-                if (nulls[2] == 'n')
-                    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
-                done = true;
-                break;
-            }
-            Datum f[2] = {v[0], v[4]};
-            if (pg::run(s_find_dedup, f, nullptr) > 0) {
-                id = pg::col_int64(0, 1);
-                done = true;
-                break;
-            }
-            require_queue_exists(name);
-            CHECK_FOR_INTERRUPTS();
+    // Insert unless an unfinished item has the key; then return that one.
+    // The item found may finish in between: try again (bounded).
+    bool done = false;
+    for (int round = 0; round < 100 && !done; ++round) {
+        if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
+            id = pg::col_int64(0, 1);
+            if (nulls[2] == 'n')
+                worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
+            done = true;
+            break;
         }
-        if (!done) elog(ERROR, "pg_claim: dedup enqueue kept racing with completions");
+        Datum f[2] = {v[0], v[4]};
+        if (pg::run(s_find_dedup, f, nullptr) > 0) {
+            id = pg::col_int64(0, 1);
+            done = true;
+            break;
+        }
+        require_queue_exists(name);
+        CHECK_FOR_INTERRUPTS();
     }
+    if (!done) elog(ERROR, "pg_claim: dedup enqueue kept racing with completions");
     SPI_finish();
     PG_RETURN_INT64(id);
 }
@@ -213,7 +224,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
                       "group_keys must have as many elements as payloads",
                       "Pass NULL elements for items without a group.");
     }
-    pg::lock_queue_name(name, false);
+    pg::direct::lock_items(false);
 
     InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;

@@ -23,6 +23,7 @@
 // skip the item meanwhile, so nobody can be handed the payload it is about
 // to replace. If the lock is busy, a new item is added instead.
 #include "api/shared.hpp"
+#include "pg/direct.hpp"
 #include "core/trigger_args.hpp"
 #include "worker/wakeup.hpp"
 
@@ -336,7 +337,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
             : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? "DELETE"
                                                     : "TRUNCATE";
 
-    pg::lock_queue_name(opts.queue, false);
+    pg::direct::lock_items(false);
     if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
         row_level(fcinfo, td, ch, group_att);
     else

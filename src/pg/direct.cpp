@@ -17,9 +17,11 @@ extern "C" {
 #include "nodes/execnodes.h"
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "storage/lmgr.h"
 #include "tcop/utility.h"
 }
 
@@ -31,8 +33,10 @@ namespace {
 struct Catalog {
     bool valid;
     Oid items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token,
-        token_seq;
-    AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq;
+        token_seq, queues, queues_name, item_id_seq;
+    AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
+        i_priority, i_dedup;
+    AttrNumber q_id, q_name;
     AttrNumber c_item, c_queue, c_token, c_attempt, c_lease, c_claimed, c_worker;
 };
 Catalog cat;
@@ -49,8 +53,24 @@ AttrNumber att(Oid rel, const char *name) {
     return a;
 }
 
+// Any invalidation of one of our relations (DROP EXTENSION among others)
+// forgets everything; resolving again costs a few catalog lookups.
+void on_relcache_inval(Datum, Oid relid) {
+    if (!cat.valid) return;
+    if (!OidIsValid(relid) || relid == cat.items || relid == cat.claims || relid == cat.queues ||
+        relid == cat.items_pkey || relid == cat.items_ready || relid == cat.items_group ||
+        relid == cat.claims_pkey || relid == cat.claims_token || relid == cat.queues_name ||
+        relid == cat.token_seq || relid == cat.item_id_seq)
+        cat.valid = false;
+}
+
 void load() {
     if (cat.valid) return;
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterRelcacheCallback(on_relcache_inval, (Datum)0);
+        registered = true;
+    }
     Oid nsp = get_namespace_oid("claim", false);
     cat.items = rel_oid(nsp, "items");
     cat.items_pkey = rel_oid(nsp, "items_pkey");
@@ -60,6 +80,13 @@ void load() {
     cat.claims_pkey = rel_oid(nsp, "claims_pkey");
     cat.claims_token = rel_oid(nsp, "claims_token");
     cat.token_seq = rel_oid(nsp, "token_seq");
+    cat.queues = rel_oid(nsp, "queues");
+    cat.queues_name = rel_oid(nsp, "queues_name_key");
+    cat.item_id_seq = rel_oid(nsp, "item_id_seq");
+    cat.q_id = att(cat.queues, "queue_id");
+    cat.q_name = att(cat.queues, "name");
+    cat.i_priority = att(cat.items, "priority");
+    cat.i_dedup = att(cat.items, "dedup_key");
     cat.i_id = att(cat.items, "id");
     cat.i_queue = att(cat.items, "queue_id");
     cat.i_ord = att(cat.items, "ord");
@@ -122,27 +149,84 @@ void release(Snapshot snap) { UnregisterSnapshot(snap); }
 struct Tables {
     Mode mode;
     Relation items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token;
+    Relation queues, queues_name;
+    TupleTableSlot *queue_slot;
     TupleTableSlot *item_slot, *claim_slot, *scan_slot, *group_slot, *ins_slot;
     EState *estate;
     ResultRelInfo *rri;
 };
 
+namespace {
+// The executor state for inserts into `rel` (indexes, constraints,
+// generated columns), as logical replication's apply does it.
+void open_insert(Tables *t, Relation rel) {
+    t->ins_slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
+    t->estate = CreateExecutorState();
+    t->rri = makeNode(ResultRelInfo);
+    InitResultRelInfo(t->rri, rel, 0, nullptr, 0);
+    ExecOpenIndices(t->rri, false);
+}
+
+void close_insert(Tables *t) {
+    ExecCloseIndices(t->rri);
+    FreeExecutorState(t->estate);
+    ExecDropSingleTupleTableSlot(t->ins_slot);
+}
+
+void insert_slot(Tables *t) {
+    ExecStoreVirtualTuple(t->ins_slot);
+    ExecSimpleRelationInsert(t->rri, t->estate, t->ins_slot);
+    ResetPerTupleExprContext(t->estate);
+}
+
+void clear_slot(TupleTableSlot *slot) {
+    ExecClearTuple(slot);
+    for (int i = 0; i < slot->tts_tupleDescriptor->natts; ++i) {
+        slot->tts_values[i] = (Datum)0;
+        slot->tts_isnull[i] = true;
+    }
+}
+
+void set_att(TupleTableSlot *slot, AttrNumber a, Datum v, bool isnull) {
+    slot->tts_values[a - 1] = v;
+    slot->tts_isnull[a - 1] = isnull;
+}
+}  // namespace
+
 Tables *open(Mode mode) {
     load();
-    // The SQL these paths replace read both tables and wrote claim.claims
-    // (and, for complete, claim.items): the same privileges are required.
+    // The SQL these paths replace read and wrote these tables: the same
+    // privileges are required.
+    const char *what = mode == Mode::Claim      ? "claim.claim_next()"
+                       : mode == Mode::Complete ? "claim.complete()"
+                                                : "claim.enqueue()";
     if (mode == Mode::Claim) {
         require(cat.items, ACL_SELECT);
         require(cat.claims, ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE);
-    } else {
+    } else if (mode == Mode::Complete) {
         require(cat.items, ACL_SELECT | ACL_DELETE);
         require(cat.claims, ACL_SELECT | ACL_DELETE);
+    } else {
+        require(cat.queues, ACL_SELECT);
+        require(cat.items, ACL_INSERT);
     }
-    PreventCommandIfReadOnly(mode == Mode::Claim ? "claim.claim_next()" : "claim.complete()");
-    PreventCommandIfParallelMode(mode == Mode::Claim ? "claim.claim_next()" : "claim.complete()");
+    PreventCommandIfReadOnly(what);
+    PreventCommandIfParallelMode(what);
 
     Tables *t = (Tables *)palloc0(sizeof(Tables));
     t->mode = mode;
+    if (mode == Mode::Enqueue) {
+        // The lock on claim.items comes first: drop_queue locks the table
+        // against writers, so the queue looked up afterwards cannot be
+        // dropped before this transaction ends.
+        t->items = table_open(cat.items, RowExclusiveLock);
+        t->queues = table_open(cat.queues, AccessShareLock);
+        t->queues_name = index_open(cat.queues_name, AccessShareLock);
+        check_index(t->queues_name, {cat.q_name});
+        t->queue_slot = table_slot_create(t->queues, nullptr);
+        open_insert(t, t->items);
+        return t;
+    }
     t->items = table_open(cat.items, mode == Mode::Complete ? RowExclusiveLock : AccessShareLock);
     t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
     t->claims = table_open(cat.claims, RowExclusiveLock);
@@ -160,20 +244,23 @@ Tables *open(Mode mode) {
         check_index(t->items_group, {cat.i_queue, cat.i_group, cat.i_id});
         t->scan_slot = table_slot_create(t->items, nullptr);
         t->group_slot = table_slot_create(t->items, nullptr);
-        t->ins_slot = MakeSingleTupleTableSlot(RelationGetDescr(t->claims), &TTSOpsVirtual);
-        t->estate = CreateExecutorState();
-        t->rri = makeNode(ResultRelInfo);
-        InitResultRelInfo(t->rri, t->claims, 0, nullptr, 0);
-        ExecOpenIndices(t->rri, false);
+        open_insert(t, t->claims);
     }
     return t;
 }
 
 void close(Tables *t) {
+    if (t->mode == Mode::Enqueue) {
+        close_insert(t);
+        ExecDropSingleTupleTableSlot(t->queue_slot);
+        index_close(t->queues_name, NoLock);
+        table_close(t->queues, NoLock);
+        table_close(t->items, NoLock);
+        pfree(t);
+        return;
+    }
     if (t->mode == Mode::Claim) {
-        ExecCloseIndices(t->rri);
-        FreeExecutorState(t->estate);
-        ExecDropSingleTupleTableSlot(t->ins_slot);
+        close_insert(t);
         ExecDropSingleTupleTableSlot(t->scan_slot);
         ExecDropSingleTupleTableSlot(t->group_slot);
         index_close(t->items_group, NoLock);
@@ -187,6 +274,45 @@ void close(Tables *t) {
     index_close(t->items_pkey, NoLock);
     table_close(t->items, NoLock);
     pfree(t);
+}
+
+void lock_items(bool drop) {
+    load();
+    LockRelationOid(cat.items, drop ? ShareRowExclusiveLock : RowExclusiveLock);
+}
+
+int32 queue_id(Tables *t, Datum name, Snapshot snap) {
+    ScanKeyData k;
+    ScanKeyEntryInitialize(&k, 0, 1, BTEqualStrategyNumber, InvalidOid,
+                           t->queues_name->rd_indcollation[0], F_TEXTEQ, name);
+    IndexScanDesc scan = index_beginscan(t->queues, t->queues_name, snap, 1, 0);
+    index_rescan(scan, &k, 1, nullptr, 0);
+    int32 id = -1;
+    if (index_getnext_slot(scan, ForwardScanDirection, t->queue_slot)) {
+        bool isnull;
+        id = DatumGetInt32(get(t->queue_slot, cat.q_id, &isnull));
+    }
+    index_endscan(scan);
+    ExecClearTuple(t->queue_slot);
+    return id;
+}
+
+int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
+                  Datum group_key, bool group_null, Datum payload) {
+    TupleTableSlot *slot = t->ins_slot;
+    clear_slot(slot);
+    int64 id = nextval_internal(cat.item_id_seq, true);
+    set_att(slot, cat.i_id, Int64GetDatum(id), false);
+    set_att(slot, cat.i_queue, Int32GetDatum(queue_id), false);
+    set_att(slot, cat.i_priority, Int32GetDatum(priority), false);
+    set_att(slot, cat.i_state, CharGetDatum('r'), false);
+    set_att(slot, cat.i_run_at, run_at, run_at_null);
+    set_att(slot, cat.i_enq, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+    set_att(slot, cat.i_failures, Int32GetDatum(0), false);
+    set_att(slot, cat.i_group, group_key, group_null);
+    set_att(slot, cat.i_payload, payload, false);
+    insert_slot(t);  // computes the generated column `ord`
+    return id;
 }
 
 struct ReadyScan {
@@ -219,7 +345,8 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
     return s;
 }
 
-bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null) {
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+                ItemPointerData *tid) {
     TupleTableSlot *slot = s->t->scan_slot;
     while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
         bool isnull;
@@ -231,6 +358,7 @@ bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *gro
         *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
         *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
         *group_key = get(slot, cat.i_group, group_null);
+        *tid = slot->tts_tid;
         return true;
     }
     return false;
@@ -278,9 +406,8 @@ int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids) {
     return n;
 }
 
-bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
-    TupleTableSlot *slot = t->item_slot;
-    if (!probe_int8(t->items, t->items_pkey, id, snap, slot)) return false;
+namespace {
+void item_read(TupleTableSlot *slot, ItemRow *out) {
     bool isnull;
     out->queue_id = DatumGetInt32(get(slot, cat.i_queue, &isnull));
     char state = DatumGetChar(get(slot, cat.i_state, &isnull));
@@ -291,6 +418,19 @@ bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
     out->payload = get(slot, cat.i_payload, &isnull);
     out->enqueued_at = DatumGetTimestampTz(get(slot, cat.i_enq, &isnull));
     out->tid = slot->tts_tid;
+}
+}  // namespace
+
+bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
+    if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
+    item_read(t->item_slot, out);
+    return true;
+}
+
+bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
+    ItemPointerData copy = *tid;
+    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    item_read(t->item_slot, out);
     return true;
 }
 
@@ -320,26 +460,15 @@ void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 a
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
                   bool worker_null) {
     TupleTableSlot *slot = t->ins_slot;
-    ExecClearTuple(slot);
-    int natts = RelationGetDescr(t->claims)->natts;
-    for (int i = 0; i < natts; ++i) {
-        slot->tts_values[i] = (Datum)0;
-        slot->tts_isnull[i] = true;
-    }
-    auto set = [&](AttrNumber a, Datum v, bool isnull) {
-        slot->tts_values[a - 1] = v;
-        slot->tts_isnull[a - 1] = isnull;
-    };
-    set(cat.c_item, Int64GetDatum(item_id), false);
-    set(cat.c_queue, Int32GetDatum(queue_id), false);
-    set(cat.c_token, Int64GetDatum(token), false);
-    set(cat.c_attempt, Int32GetDatum(attempt), false);
-    set(cat.c_lease, TimestampTzGetDatum(lease_until), false);
-    set(cat.c_claimed, TimestampTzGetDatum(claimed_at), false);
-    set(cat.c_worker, worker, worker_null);
-    ExecStoreVirtualTuple(slot);
-    ExecSimpleRelationInsert(t->rri, t->estate, slot);
-    ResetPerTupleExprContext(t->estate);
+    clear_slot(slot);
+    set_att(slot, cat.c_item, Int64GetDatum(item_id), false);
+    set_att(slot, cat.c_queue, Int32GetDatum(queue_id), false);
+    set_att(slot, cat.c_token, Int64GetDatum(token), false);
+    set_att(slot, cat.c_attempt, Int32GetDatum(attempt), false);
+    set_att(slot, cat.c_lease, TimestampTzGetDatum(lease_until), false);
+    set_att(slot, cat.c_claimed, TimestampTzGetDatum(claimed_at), false);
+    set_att(slot, cat.c_worker, worker, worker_null);
+    insert_slot(t);
 }
 
 namespace {

@@ -31,7 +31,7 @@ void release(Snapshot snap);
 // the equivalent SQL would take. Closed by close() (or by the resource
 // owner on error).
 struct Tables;
-enum class Mode { Claim, Complete };
+enum class Mode { Claim, Complete, Enqueue };
 Tables *open(Mode mode);
 void close(Tables *t);
 
@@ -40,8 +40,10 @@ void close(Tables *t);
 struct ReadyScan;
 ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
                        Snapshot snap);
-// The next visible ready item; *group_key is valid until the next call.
-bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null);
+// The next visible ready item and its tuple id; *group_key is valid until
+// the next call.
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+                ItemPointerData *tid);
 void ready_end(ReadyScan *s);
 
 struct ClaimRow {
@@ -67,6 +69,9 @@ struct ItemRow {
     ItemPointerData tid;
 };
 bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
+// The same for one row version (from a scan): false unless that version is
+// visible to `snap` (it was deleted or updated since).
+bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out);
 
 // Is an earlier unfinished item of the group visible?
 bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap);
@@ -80,6 +85,18 @@ void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 a
 // locks, e.g. drop_queue), in which case nothing was written.
 bool claim_delete(Tables *t, const ItemPointerData *tid);
 bool item_delete(Tables *t, const ItemPointerData *tid);
+
+// Producers lock claim.items for writing before they look their queue up;
+// drop_queue locks it against all writers (drop = true) before it deletes.
+// So a queue a producer found cannot be dropped before the producer's
+// transaction ends, and a dropped queue is never found.
+void lock_items(bool drop);
+
+// Enqueue: the id of the queue named `name` in `snap`, or -1.
+int32 queue_id(Tables *t, Datum name, Snapshot snap);
+// Insert a new item (defaults filled in, `ord` computed); returns its id.
+int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
+                  Datum group_key, bool group_null, Datum payload);
 
 // The next fencing token (nextval of claim.token_seq, with its USAGE check).
 int64 next_token(Tables *t);

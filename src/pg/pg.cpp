@@ -19,7 +19,6 @@ namespace pgclaim::pg {
 namespace {
 // field4 values of our advisory-lock space (pg_advisory_* uses 1 and 2).
 constexpr uint16 kLockItem = 0x5043;   // "PC"
-constexpr uint16 kLockQueue = 0x5044;
 constexpr uint16 kLockLease = 0x5046;
 
 void copy(char *dst, size_t size, const char *src) noexcept {
@@ -145,13 +144,6 @@ void unlock_item(int64_t item_id) {
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)item_id >> 32), (uint32)item_id,
                          kLockItem);
     (void)LockRelease(&tag, ExclusiveLock, false);
-}
-
-void lock_queue_name(const char *name, bool exclusive) {
-    LOCKTAG tag;
-    uint32 h = hash_bytes((const unsigned char *)name, (int)strlen(name));
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, h, 0, kLockQueue);
-    (void)LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, false);
 }
 
 bool lock_lease(uint64 key, bool wait) {

@@ -110,8 +110,6 @@ int32_t col_int32(uint64 row, int colno);
 // Lock an item: claimers try (skip when busy); everyone else waits.
 bool lock_item(int64_t item_id, bool wait);
 void unlock_item(int64_t item_id);
-// Lock a queue by name: producers share, drop_queue is exclusive.
-void lock_queue_name(const char *name, bool exclusive);
 // Lock a lease slot by a 64-bit key (a hash of name and slot): acquirers
 // try (skip when busy), lease_assert waits and keeps it until the
 // transaction ends.
