@@ -115,6 +115,64 @@ Datum row_jsonb(FunctionCallInfo fcinfo, HeapTuple tuple, TupleDesc desc) {
 
 Datum text_or_null(const char *s) { return s ? CStringGetTextDatum(s) : (Datum)0; }
 
+void push_key(JsonbParseState **st, const char *key) {
+    JsonbValue k;
+    k.type = jbvString;
+    k.val.string.val = (char *)key;
+    k.val.string.len = (int)strlen(key);
+    pushJsonbValue(st, WJB_KEY, &k);
+}
+
+void push_string(JsonbParseState **st, const char *key, const char *value) {
+    push_key(st, key);
+    JsonbValue v;
+    v.type = jbvString;
+    v.val.string.val = (char *)value;
+    v.val.string.len = (int)strlen(value);
+    pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+void push_jsonb(JsonbParseState **st, const char *key, Datum value) {
+    push_key(st, key);
+    Jsonb *jb = DatumGetJsonbP(value);
+    JsonbValue v;
+    v.type = jbvBinary;
+    v.val.binary.data = &jb->root;
+    v.val.binary.len = (int)(VARSIZE(jb) - VARHDRSZ);
+    pushJsonbValue(st, WJB_VALUE, &v);
+}
+
+// {"op", "schema", "table", "new", "old"} built in place (what the SQL
+// statements below build with jsonb_build_object).
+Datum build_payload(const Change &ch, Datum nj, Datum oj) {
+    JsonbParseState *st = nullptr;
+    pushJsonbValue(&st, WJB_BEGIN_OBJECT, nullptr);
+    push_string(&st, "op", ch.op);
+    push_string(&st, "schema", ch.schema);
+    push_string(&st, "table", ch.table);
+    if (nj) push_jsonb(&st, "new", nj);
+    if (oj) push_jsonb(&st, "old", oj);
+    JsonbValue *res = pushJsonbValue(&st, WJB_END_OBJECT, nullptr);
+    return JsonbPGetDatum(JsonbValueToJsonb(res));
+}
+
+// One new item, without SQL: the queue looked up by an index probe, the
+// item inserted directly (see pg/direct.hpp).
+void insert_direct(const Change &ch, Datum nj, Datum oj, const char *group) {
+    namespace direct = pgclaim::pg::direct;
+    Datum payload = build_payload(ch, nj, oj);
+    direct::Tables *t = direct::open(direct::Mode::Enqueue);
+    Snapshot snap = direct::latest();
+    int32 qid = direct::queue_id(t, CStringGetTextDatum(ch.queue), snap);
+    direct::release(snap);
+    if (qid < 0) api::unknown_queue(ch.queue);
+    direct::item_insert(t, qid, ch.priority, (Datum)0, true, text_or_null(group), group == nullptr,
+                        payload);
+    direct::close(t);
+    CommandCounterIncrement();
+    worker::notify_ready(worker::WaitKind::Queue, qid);
+}
+
 // Add one item (or merge it into the newest item of its group). SPI is
 // connected. nj/oj: jsonb rows, 0 when absent. group: NULL for none.
 void enqueue_change(const Change &ch, Datum nj, Datum oj, const char *group) {
@@ -175,6 +233,10 @@ void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int g
     Datum oj = oldt ? row_jsonb(fcinfo, oldt, desc) : (Datum)0;
     const char *group = nullptr;
     if (group_att > 0) group = SPI_getvalue(newt ? newt : oldt, desc, group_att);
+    if (!ch.coalesce || group == nullptr) {
+        insert_direct(ch, nj, oj, group);
+        return;
+    }
     SPI_connect();
     enqueue_change(ch, nj, oj, group);
     SPI_finish();

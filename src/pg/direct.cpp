@@ -18,6 +18,7 @@ extern "C" {
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/memutils.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -53,6 +54,34 @@ AttrNumber att(Oid rel, const char *name) {
     return a;
 }
 
+// Partial-index predicates compiled once per backend (ExecInsertIndexTuples
+// would compile them again on every call), in a long-lived executor state.
+struct PredicateCache {
+    bool stale;
+    EState *estate;
+    int n;
+    Oid index[16];
+    ExprState *state[16];
+};
+PredicateCache preds;
+
+ExprState *cached_predicate(Relation idx, IndexInfo *ii) {
+    Oid o = RelationGetRelid(idx);
+    for (int i = 0; i < preds.n; ++i)
+        if (preds.index[i] == o) return preds.state[i];
+    if (preds.estate == nullptr) {
+        MemoryContext old = MemoryContextSwitchTo(CacheMemoryContext);
+        preds.estate = CreateExecutorState();
+        MemoryContextSwitchTo(old);
+    }
+    ExprState *st = ExecPrepareQual(ii->ii_Predicate, preds.estate);
+    if (preds.n < 16) {
+        preds.index[preds.n] = o;
+        preds.state[preds.n++] = st;
+    }
+    return st;
+}
+
 // Any invalidation of one of our relations (DROP EXTENSION among others)
 // forgets everything; resolving again costs a few catalog lookups.
 void on_relcache_inval(Datum, Oid relid) {
@@ -60,11 +89,19 @@ void on_relcache_inval(Datum, Oid relid) {
     if (!OidIsValid(relid) || relid == cat.items || relid == cat.claims || relid == cat.queues ||
         relid == cat.items_pkey || relid == cat.items_ready || relid == cat.items_group ||
         relid == cat.claims_pkey || relid == cat.claims_token || relid == cat.queues_name ||
-        relid == cat.token_seq || relid == cat.item_id_seq)
+        relid == cat.token_seq || relid == cat.item_id_seq) {
         cat.valid = false;
+        preds.stale = true;  // freed at the next load(), not inside the callback
+    }
 }
 
 void load() {
+    if (preds.stale) {
+        if (preds.estate != nullptr) FreeExecutorState(preds.estate);
+        preds.estate = nullptr;
+        preds.n = 0;
+        preds.stale = false;
+    }
     if (cat.valid) return;
     static bool registered = false;
     if (!registered) {
@@ -157,14 +194,19 @@ struct Tables {
 };
 
 namespace {
-// The executor state for inserts into `rel` (indexes, constraints,
-// generated columns), as logical replication's apply does it.
+// The executor state for inserts into `rel`: its indexes, with their
+// partial-index predicates from the backend's cache.
 void open_insert(Tables *t, Relation rel) {
     t->ins_slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
     t->estate = CreateExecutorState();
     t->rri = makeNode(ResultRelInfo);
     InitResultRelInfo(t->rri, rel, 0, nullptr, 0);
     ExecOpenIndices(t->rri, false);
+    for (int i = 0; i < t->rri->ri_NumIndices; ++i) {
+        IndexInfo *ii = t->rri->ri_IndexRelationInfo[i];
+        if (ii->ii_Predicate != NIL)
+            ii->ii_PredicateState = cached_predicate(t->rri->ri_IndexRelationDescs[i], ii);
+    }
 }
 
 void close_insert(Tables *t) {
@@ -173,9 +215,15 @@ void close_insert(Tables *t) {
     ExecDropSingleTupleTableSlot(t->ins_slot);
 }
 
+// Heap insert and index entries. The callers fill every column themselves
+// (NOT NULL columns, the CHECKed state, the generated `ord`), so neither
+// constraint checks nor generated-column expressions run here; our tables
+// have no triggers.
 void insert_slot(Tables *t) {
     ExecStoreVirtualTuple(t->ins_slot);
-    ExecSimpleRelationInsert(t->rri, t->estate, t->ins_slot);
+    simple_table_tuple_insert(t->rri->ri_RelationDesc, t->ins_slot);
+    if (t->rri->ri_NumIndices > 0)
+        (void)ExecInsertIndexTuples(t->rri, t->ins_slot, t->estate, false, false, nullptr, NIL);
     ResetPerTupleExprContext(t->estate);
 }
 
@@ -207,8 +255,8 @@ Tables *open(Mode mode) {
         require(cat.items, ACL_SELECT | ACL_DELETE);
         require(cat.claims, ACL_SELECT | ACL_DELETE);
     } else {
-        require(cat.queues, ACL_SELECT);
         require(cat.items, ACL_INSERT);
+        require(cat.queues, ACL_SELECT);
     }
     PreventCommandIfReadOnly(what);
     PreventCommandIfParallelMode(what);
@@ -305,13 +353,18 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     set_att(slot, cat.i_id, Int64GetDatum(id), false);
     set_att(slot, cat.i_queue, Int32GetDatum(queue_id), false);
     set_att(slot, cat.i_priority, Int32GetDatum(priority), false);
+    // ord is GENERATED ALWAYS AS (-priority) STORED: computed here as the
+    // expression would (which raises for the one value it cannot negate).
+    if (priority == PG_INT32_MIN)
+        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
+    set_att(slot, cat.i_ord, Int32GetDatum(-priority), false);
     set_att(slot, cat.i_state, CharGetDatum('r'), false);
     set_att(slot, cat.i_run_at, run_at, run_at_null);
     set_att(slot, cat.i_enq, TimestampTzGetDatum(GetCurrentTimestamp()), false);
     set_att(slot, cat.i_failures, Int32GetDatum(0), false);
     set_att(slot, cat.i_group, group_key, group_null);
     set_att(slot, cat.i_payload, payload, false);
-    insert_slot(t);  // computes the generated column `ord`
+    insert_slot(t);
     return id;
 }
 

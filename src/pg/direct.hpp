@@ -1,8 +1,9 @@
-// Server layer: direct access to claim.items and claim.claims for the hot
-// paths (claim_next, complete). No SPI, no planner, no executor start-up:
-// index probes and scans with an explicit snapshot, heap writes, and index
-// maintenance through the executor's own helpers (ExecSimpleRelationInsert,
-// as logical replication does).
+// Server layer: direct access to claim.items, claim.claims and
+// claim.queues for the hot paths (claim_next, complete, enqueue, row-level
+// trigger enqueue). No SPI, no planner, no executor start-up: index probes
+// and scans with an explicit snapshot, heap inserts and deletes, and index
+// entries through the executor's ExecInsertIndexTuples (partial-index
+// predicates compiled once per backend).
 //
 // The same rules as pg.hpp: plain data only in frames that may raise.
 // Every check that decides a write is made under the item's lock
