@@ -11,6 +11,8 @@
 //    and assert_token wait for it. assert_token keeps it until the caller's
 //    transaction ends, so the claim cannot pass to anyone else meanwhile;
 //  * after taking the lock every check reads the latest committed state.
+#include <algorithm>
+
 #include "api/hints.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
@@ -55,16 +57,6 @@ Stmt s_promote = {
 
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
                       {INT8OID}, nullptr};
-
-Stmt s_complete_many = {
-    "WITH c AS (DELETE FROM claim.claims WHERE token = ANY ($1) AND lease_until > $2"
-    "           AND claim._lock_item(item_id) RETURNING item_id, token), "
-    "d AS (DELETE FROM claim.items i USING c WHERE i.id = c.item_id RETURNING c.token) "
-    "SELECT (SELECT count(*) FROM d)::int4,"
-    "       ARRAY(SELECT t FROM (SELECT unnest($1) EXCEPT SELECT token FROM d) x(t)"
-    "             ORDER BY t LIMIT 20),"
-    "       (SELECT count(*) FROM (SELECT unnest($1) EXCEPT SELECT token FROM d) y)::int4",
-    2, {INT8ARRAYOID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_fail_info = {
     "SELECT c.item_id, c.attempt, c.lease_until, q.backoff, q.max_attempts "
@@ -360,70 +352,112 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     return (Datum)0;
 }
 
-PGCLAIM_FUNCTION(pgclaim_complete) {
-    pg::require_arg(fcinfo, 0, "token");
-    pg::require_primary("claim.complete");
-    int64 token = PG_GETARG_INT64(0);
+namespace {
+
+struct ItemToken {
+    int64 item;
+    int tok;  // index into the token array
+};
+
+// Complete the items held under `tokens` (ascending, no duplicates): find
+// their claim rows, lock the items in id order (so completers never
+// deadlock), then check each claim row again under the lock: a claimer that
+// held the lock meanwhile may have changed it. done[i] tells whether token i
+// completed anything; returns the number of items completed.
+int complete_tokens(const int64 *tokens, int ntok, bool *done) {
     api::sync_caches();
     TimestampTz now = pg::clock_now();
     direct::Tables *t = direct::open(direct::Mode::Complete);
     Snapshot snap = direct::latest();
-    int64 *ids;
-    int n = direct::items_with_token(t, token, snap, &ids);
-    direct::release(snap);
-    int done = 0;
-    if (n > 0) {
-        // Lock the items (ascending), then check the claim rows again: a
-        // claimer that held a lock meanwhile may have changed them.
-        for (int i = 0; i < n; ++i) pg::lock_item(ids[i], true);
-        snap = direct::latest();
+    int npairs = 0, cap = ntok + 4;
+    ItemToken *pairs = (ItemToken *)palloc(sizeof(ItemToken) * cap);
+    for (int k = 0; k < ntok; ++k) {
+        done[k] = false;
+        int64 *ids;
+        int n = direct::items_with_token(t, tokens[k], snap, &ids);
         for (int i = 0; i < n; ++i) {
+            if (npairs == cap) {
+                cap *= 2;
+                pairs = (ItemToken *)repalloc(pairs, sizeof(ItemToken) * cap);
+            }
+            pairs[npairs++] = ItemToken{ids[i], k};
+        }
+        pfree(ids);
+    }
+    direct::release(snap);
+    std::sort(pairs, pairs + npairs,
+              [](const ItemToken &a, const ItemToken &b) { return a.item < b.item; });
+    int completed = 0;
+    if (npairs > 0) {
+        for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
+        snap = direct::latest();
+        for (int i = 0; i < npairs; ++i) {
             direct::ClaimRow c;
             direct::ItemRow it;
-            if (direct::claim_of(t, ids[i], snap, &c) && c.token == token &&
+            if (direct::claim_of(t, pairs[i].item, snap, &c) && c.token == tokens[pairs[i].tok] &&
                 c.lease_until > now && direct::claim_delete(t, &c.tid) &&
-                direct::item_get(t, ids[i], snap, &it) && direct::item_delete(t, &it.tid))
-                ++done;
+                direct::item_get(t, pairs[i].item, snap, &it) && direct::item_delete(t, &it.tid)) {
+                ++completed;
+                done[pairs[i].tok] = true;
+            }
         }
         direct::release(snap);
     }
     direct::close(t);
-    if (done == 0) {
+    CommandCounterIncrement();
+    return completed;
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_complete) {
+    pg::require_arg(fcinfo, 0, "token");
+    pg::require_primary("claim.complete");
+    int64 token = PG_GETARG_INT64(0);
+    bool done;
+    int n = complete_tokens(&token, 1, &done);
+    if (n == 0) {
         SPI_connect();
         refuse(token);
     }
-    CommandCounterIncrement();
-    PG_RETURN_INT32(done);
+    PG_RETURN_INT32(n);
 }
 
 PGCLAIM_FUNCTION(pgclaim_complete_many) {
     pg::require_arg(fcinfo, 0, "tokens");
     pg::require_primary("claim.complete");
-    ArrayType *tokens = PG_GETARG_ARRAYTYPE_P(0);
+    ArrayType *arr = PG_GETARG_ARRAYTYPE_P(0);
     bool skip_stale = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-    if (ARR_NDIM(tokens) > 1)
+    if (ARR_NDIM(arr) > 1)
         pg::error(sqlstate::kInvalidValue, "tokens must be a one-dimensional array");
-    if (array_contains_nulls(tokens))
+    if (array_contains_nulls(arr))
         pg::error(sqlstate::kNullValue, "tokens must not contain NULL elements");
-    if (ArrayGetNItems(ARR_NDIM(tokens), ARR_DIMS(tokens)) == 0) PG_RETURN_INT32(0);
+    if (ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) == 0) PG_RETURN_INT32(0);
 
-    SPI_connect();
-    Datum v[2] = {PointerGetDatum(tokens), TimestampTzGetDatum(pg::clock_now())};
-    pg::run(s_complete_many, v, nullptr);
-    int32 done = pg::col_int32(0, 1);
-    int32 nstale = pg::col_int32(0, 3);
+    Datum *elems;
+    int nelems;
+    deconstruct_array(arr, INT8OID, 8, true, TYPALIGN_DOUBLE, &elems, NULL, &nelems);
+    int64 *tokens = (int64 *)palloc(sizeof(int64) * nelems);
+    for (int i = 0; i < nelems; ++i) tokens[i] = DatumGetInt64(elems[i]);
+    std::sort(tokens, tokens + nelems);
+    int ntok = (int)(std::unique(tokens, tokens + nelems) - tokens);
+    bool *done = (bool *)palloc(sizeof(bool) * ntok);
+    int32 completed = complete_tokens(tokens, ntok, done);
+
+    int nstale = 0;
+    for (int i = 0; i < ntok; ++i)
+        if (!done[i]) ++nstale;
     if (nstale > 0 && !skip_stale) {
-        bool isnull;
-        ArrayType *arr = DatumGetArrayTypeP(pg::col(0, 2, &isnull));
-        Datum *elems;
-        int nelems;
-        deconstruct_array(arr, INT8OID, 8, true, TYPALIGN_DOUBLE, &elems, NULL, &nelems);
         char list[400];
         size_t used = 0;
         list[0] = '\0';
-        for (int i = 0; i < nelems && used < sizeof list - 24; ++i)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", i ? ", " : "",
-                                     (long long)DatumGetInt64(elems[i]));
+        int shown = 0;
+        for (int i = 0; i < ntok && shown < 20 && used < sizeof list - 24; ++i) {
+            if (done[i]) continue;
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", shown ? ", " : "",
+                                     (long long)tokens[i]);
+            ++shown;
+        }
         char msg[128], detail[512];
         snprintf(msg, sizeof msg, "%d of the tokens %s not a live claim", nstale,
                  nstale == 1 ? "is" : "are");
@@ -434,8 +468,7 @@ PGCLAIM_FUNCTION(pgclaim_complete_many) {
                   "skip the rest.",
                   detail);
     }
-    SPI_finish();
-    PG_RETURN_INT32(done);
+    PG_RETURN_INT32(completed);
 }
 
 PGCLAIM_FUNCTION(pgclaim_fail) {
