@@ -322,10 +322,11 @@ T_START=$(now_s)
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')
 
-# one_run SIDE NAME CLIENTS DUR SCRIPT FILLN ITEMS_PER_TXN -> sets TPS; refills and retries once if drained
+# one_run SIDE NAME CLIENTS DUR SCRIPT FILLN [ITEMS_PER_TXN] -> sets TPS; refills (to what the
+# measured rate needs) and retries, at most twice, if drained
 one_run() {
-    local side=$1 name=$2 clients=$3 dur=$4 script=$5 filln=$6 left attempt
-    for attempt in 1 2; do
+    local side=$1 name=$2 clients=$3 dur=$4 script=$5 filln=$6 per_txn=${7:-1} left attempt need
+    for attempt in 1 2 3; do
         if [[ $side == claim ]]; then fill_claim bench "$filln"; else fill_baseline "$filln"; fi
         R[fill_${name}]=$FILL_SECS
         settle
@@ -333,10 +334,13 @@ one_run() {
         if [[ $side == claim ]]; then left=$(claim_left bench); else left=$(baseline_left); fi
         if [[ $left -gt 0 && $ABORTED == 0 ]]; then return 0; fi
         if [[ $left -le 0 ]]; then
-            log "  $name drained the backlog of $filln; refilling with $((filln * 2)) and running again"
-            filln=$((filln * 2))
+            # what the measured rate needs for a whole window, with room to spare
+            need=$(awk -v t="$TPS" -v p="$per_txn" -v d="$dur" 'BEGIN { printf "%d", t * p * d * 1.5 }')
+            (( need > filln * 2 )) || need=$((filln * 2))
+            log "  $name drained the backlog of $filln; refilling with $need and running again"
+            filln=$need
         else
-            [[ $attempt == 2 ]] || log "  $name: client errors; running once more"
+            [[ $attempt == 3 ]] || log "  $name: client errors; running once more"
         fi
     done
     R[${name}_invalid]=1
@@ -445,7 +449,7 @@ one_run base base_batch "$BATCH_CLIENTS" "$DUR" "$S/base_batch.sql" "$BATCH_BACK
 R[base_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 if [[ $WITH_EXT == 1 ]]; then
     one_run claim claim_batch "$BATCH_CLIENTS" "$DUR" "$S/claim_batch.sql" \
-        "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { print r * 2.5 }')" "$DUR")"
+        "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { r *= 2.5; print (r > 250000 ? r : 250000) }')" "$DUR")" "$BATCH"
     R[claim_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 fi
 fi
