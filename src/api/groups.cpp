@@ -21,6 +21,7 @@
 // and claims the longest such prefix. Items not taken are unlocked.
 #include "api/hints.hpp"
 #include "api/shared.hpp"
+#include "pg/direct.hpp"
 #include "worker/wakeup.hpp"
 
 extern "C" {
@@ -29,37 +30,21 @@ extern "C" {
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
+namespace direct = pgclaim::pg::direct;
 
 namespace {
 
+// The same promotion as claim_next's, with the next due time.
 Stmt s_promote = {
-    "UPDATE claim.items SET run_at = NULL WHERE id IN ("
-    "  SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "    AND run_at IS NOT NULL AND run_at <= $2"
-    "  ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED)",
+    "WITH p AS ("
+    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
+    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "      AND run_at IS NOT NULL AND run_at <= $2"
+    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM p)::int8,"
+    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "          AND run_at IS NOT NULL AND run_at > $2)",
     2, {INT4OID, TIMESTAMPTZOID}, nullptr};
-
-// Columns: id, ord, lease_until, attempt, head, group_key. "head" is only
-// computed for items not under a live claim ($5 = now).
-#define GSCAN_SELECT                                                               \
-    "SELECT i.id, i.ord, c.lease_until, c.attempt,"                                \
-    "  CASE WHEN c.lease_until > $5 THEN false"                                    \
-    "       ELSE i.group_key IS NULL OR NOT EXISTS ("                              \
-    "         SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"           \
-    "           AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id)"  \
-    "  END,"                                                                       \
-    "  i.group_key "                                                               \
-    "FROM claim.items i "                                                          \
-    "LEFT JOIN LATERAL (SELECT lease_until, attempt FROM claim.claims cc "         \
-    "                   WHERE cc.item_id = i.id) c ON true "                       \
-    "WHERE i.queue_id = $1 AND i.state = 'r' AND i.run_at IS NULL "
-
-Stmt s_gscan_head = {GSCAN_SELECT "ORDER BY i.ord, i.id LIMIT $2", 5,
-                     {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
-Stmt s_gscan_from = {GSCAN_SELECT "AND (i.ord, i.id) >= ($3, $4) ORDER BY i.ord, i.id LIMIT $2",
-                     5, {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
-Stmt s_gscan_after = {GSCAN_SELECT "AND (i.ord, i.id) > ($3, $4) ORDER BY i.ord, i.id LIMIT $2",
-                      5, {INT4OID, INT8OID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
 // Columns: id, ready, lease_until, attempt.
 #define GMEMBER_SELECT                                                         \
@@ -229,59 +214,64 @@ int claim_first_group(const ClaimArgs &a) {
         }
     });
 
-    long page = 32;
-    bool first_page = true;
     bool hint_done = false, hint_have = false;
     ScanPos hint_pos = pos;
     int64 claims_end = PG_INT64_MAX;
     int64 walk = 0;
     TimestampTz t0 = GetCurrentTimestamp();
     int claimed = 0;
-    int64 *dead = (int64 *)palloc(sizeof(int64) * 2000);
+    int dead_cap = 16, ndead = 0;
+    int64 *dead = (int64 *)palloc(sizeof(int64) * dead_cap);
 
+    // The walk reads the tables directly (see pg/direct.hpp); the claim of
+    // the group found (take_group) re-checks everything under the locks.
+    direct::Tables *t = direct::open(direct::Mode::Claim);
+    Snapshot snap = direct::latest();
+    direct::ReadyScan *scan = direct::ready_begin(t, qid, from_head ? nullptr : &pos, true, snap);
     while (claimed == 0) {
-        Datum v[5] = {Int32GetDatum(qid), Int64GetDatum(page), Int32GetDatum(pos.ord),
-                      Int64GetDatum(pos.id), TimestampTzGetDatum(a.now)};
-        uint64 rows = pg::run(first_page ? (from_head ? s_gscan_head : s_gscan_from)
-                                         : s_gscan_after,
-                              v, nullptr);
-        SPITupleTable *t = keep_result();
-        int ndead = 0;
-        for (uint64 r = 0; r < rows && claimed == 0; ++r) {
-            bool lease_null, isnull, gk_null;
-            int64 id = tcol_int64(t, r, 1);
-            pos = ScanPos{tcol_int32(t, r, 2), id};
-            TimestampTz lu = DatumGetTimestampTz(tcol(t, r, 3, &lease_null));
-            bool live = !lease_null && lu > a.now;
-            if (!hint_done) {
-                hint_pos = pos;
-                hint_have = true;
-                if (live) {
-                    if (lu < claims_end) claims_end = lu;
-                } else {
-                    hint_done = true;
-                    walk = GetCurrentTimestamp() - t0;
-                }
-            }
-            if (live) continue;
-            if (!lease_null && tcol_int32(t, r, 4) >= a.q->max_attempts) {
-                if (pg::lock_item(id, false)) dead[ndead++] = id;
-                continue;
-            }
-            if (!DatumGetBool(tcol(t, r, 5, &isnull))) continue;  // not the head of its group
-            if (!pg::lock_item(id, false)) continue;               // someone else is on it
-            Datum gk = tcol(t, r, 6, &gk_null);
-            api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
-            ndead = 0;
-            claimed = take_group(a, id, gk_null ? (Datum)0 : datumCopy(gk, false, -1), gk_null);
-        }
-        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
-        SPI_freetuptable(t);
-        if (claimed > 0 || rows < (uint64)page) break;
-        first_page = false;
-        if (page < 2000) page = page * 2 > 2000 ? 2000 : page * 2;
+        int64 id;
+        int32 ord;
+        Datum gk;
+        bool gk_null;
+        ItemPointerData tid;
+        if (!direct::ready_next(scan, &id, &ord, &gk, &gk_null, &tid)) break;
         CHECK_FOR_INTERRUPTS();
+        pos = ScanPos{ord, id};
+        direct::ClaimRow c;
+        bool has = direct::claim_of(t, id, snap, &c);
+        bool live = has && c.lease_until > a.now;
+        if (!hint_done) {
+            hint_pos = pos;
+            hint_have = true;
+            if (live) {
+                if (c.lease_until < claims_end) claims_end = c.lease_until;
+            } else {
+                hint_done = true;
+                walk = GetCurrentTimestamp() - t0;
+            }
+        }
+        if (live) continue;
+        if (has && c.attempt >= a.q->max_attempts) {
+            if (pg::lock_item(id, false)) {
+                if (ndead == dead_cap) {
+                    dead_cap *= 2;
+                    dead = (int64 *)repalloc(dead, sizeof(int64) * dead_cap);
+                }
+                dead[ndead++] = id;
+            }
+            continue;
+        }
+        if (!gk_null && direct::group_has_earlier(t, qid, gk, id, snap)) continue;  // not the head
+        if (!pg::lock_item(id, false)) continue;  // someone else is on it
+        Datum gcopy = gk_null ? (Datum)0 : datumCopy(gk, false, -1);
+        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        ndead = 0;
+        claimed = take_group(a, id, gcopy, gk_null);
     }
+    api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
+    direct::ready_end(scan);
+    direct::release(snap);
+    direct::close(t);
     if (!hint_done) walk = GetCurrentTimestamp() - t0;
     pg::pure([&] {
         api::hints().record(qid, from_head,
@@ -294,9 +284,13 @@ int claim_first_group(const ClaimArgs &a) {
 int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
     a.now = pg::clock_now();
     a.lease_until = a.now + lease_us;
+    // Due scheduled items become ready (in place, keeping their id). A group
+    // claim looks every time: a group is held back by a scheduled head, so
+    // a due head must not wait for this backend's promotion schedule.
     {
         Datum v[2] = {Int32GetDatum(a.q->queue_id), TimestampTzGetDatum(a.now)};
-        if (pg::run(s_promote, v, nullptr) > 0) api::forget_hints(a.q->queue_id);
+        pg::run(s_promote, v, nullptr);
+        if (pg::col_int64(0, 1) > 0) api::forget_hints(a.q->queue_id);
     }
     int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
     if (claimed > 0) api::after_tokens();
@@ -339,7 +333,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
 
     SPI_connect();
     api::sync_caches();  // scan hints of a dropped installation must go
-    api::QueueInfo q = api::lookup_queue(name);
+    api::QueueInfo q = api::lookup_queue_cached(name);
     if (lease_us < 0) lease_us = q.lease_us;
     api::before_tokens();
     ClaimArgs a;
