@@ -187,7 +187,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         }
     });
 
-    HTAB *groups = int64_set("pg_claim groups", 64);
+    HTAB *groups = nullptr;  // created at the first group key met
     int64 *cand = (int64 *)palloc(sizeof(int64) * n);
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
     int dead_cap = 16;
@@ -252,6 +252,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 text *gt = DatumGetTextPP(gk);
                 gh = hash_bytes_extended((const unsigned char *)VARDATA_ANY(gt),
                                          (int)VARSIZE_ANY_EXHDR(gt), 0);
+                if (groups == nullptr) groups = int64_set("pg_claim groups", 64);
                 if (set_has(groups, gh)) continue;  // one item per group per call
             }
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
@@ -365,7 +366,6 @@ struct ItemToken {
 // held the lock meanwhile may have changed it. done[i] tells whether token i
 // completed anything; returns the number of items completed.
 int complete_tokens(const int64 *tokens, int ntok, bool *done) {
-    api::sync_caches();
     TimestampTz now = pg::clock_now();
     direct::Tables *t = direct::open(direct::Mode::Complete);
     Snapshot snap = direct::latest();

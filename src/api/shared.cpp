@@ -58,8 +58,7 @@ QueueInfo lookup_queue_cached(const char *name) {
 
 void sync_caches() {
     static Oid seen = InvalidOid;
-    Oid nsp = get_namespace_oid("claim", true);
-    Oid rel = OidIsValid(nsp) ? get_relname_relid("items", nsp) : InvalidOid;
+    Oid rel = pg::direct::items_relid();
     if (rel == seen) return;
     seen = rel;
     pg::pure([&] {
@@ -67,7 +66,6 @@ void sync_caches() {
         hints().forget_all();
         promote_schedule().forget_all();
     });
-    pg::direct::reset();
 }
 
 void forget_queues() {

@@ -180,6 +180,13 @@ bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTabl
 
 void reset() { cat.valid = false; }
 
+Oid items_relid() {
+    if (cat.valid) return cat.items;
+    if (!OidIsValid(get_namespace_oid("claim", true))) return InvalidOid;
+    load();
+    return cat.items;
+}
+
 Snapshot latest() { return RegisterSnapshot(GetLatestSnapshot()); }
 void release(Snapshot snap) { UnregisterSnapshot(snap); }
 

@@ -20,6 +20,10 @@ extern "C" {
 
 namespace pgclaim::pg::direct {
 
+// The OID of claim.items of the installed extension, or InvalidOid when
+// there is none (cheap: resolved once, forgotten on invalidation).
+Oid items_relid();
+
 // Forget the resolved relation OIDs (the extension was dropped and created
 // again). api::sync_caches() calls it.
 void reset();
