@@ -44,17 +44,6 @@ namespace {
 
 // --- statements ---------------------------------------------------------------
 
-Stmt s_promote = {
-    "WITH p AS ("
-    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
-    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "      AND run_at IS NOT NULL AND run_at <= $2"
-    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM p)::int8,"
-    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "          AND run_at IS NOT NULL AND run_at > $2)",
-    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
-
 Stmt s_token_items = {"SELECT item_id FROM claim.claims WHERE token = $1 ORDER BY item_id", 1,
                       {INT8OID}, nullptr};
 
@@ -165,50 +154,25 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     // Scheduled items that are due become ready (in place, keeping their id).
     bool check_due = true;
     pg::pure([&] { check_due = api::promote_schedule().due(q.queue_id, now); });
-    if (check_due) {
-        Datum v[2] = {Int32GetDatum(q.queue_id), TimestampTzGetDatum(now)};
-        pg::run(s_promote, v, nullptr);
-        bool isnull;
-        if (pg::col_int64(0, 1) > 0) api::forget_hints(q.queue_id);
-        Datum next = pg::col(0, 2, &isnull);
-        int64 next_us = isnull ? 0 : DatumGetTimestampTz(next);
-        pg::pure([&] {
-            api::promote_schedule().checked(q.queue_id, now,
-                                       isnull ? std::nullopt : std::optional<int64_t>(next_us));
-        });
-    }
+    if (check_due) api::promote_due(q.queue_id, now);
 
-    bool from_head = true;
-    ScanPos pos = {0, 0};
-    pg::pure([&] {
-        if (auto s = api::hints().start(q.queue_id, now)) {
-            pos = *s;
-            from_head = false;
-        }
-    });
-
+    api::ReadyWalk w;
+    api::walk_begin(&w, q.queue_id, q.max_attempts, now);
     HTAB *groups = nullptr;  // created at the first group key met
     int64 *cand = (int64 *)palloc(sizeof(int64) * n);
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
-    int dead_cap = 16;
-    int64 *dead = (int64 *)palloc(sizeof(int64) * dead_cap);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
-    bool hint_done = false, hint_have = false;
-    ScanPos hint_pos = pos;
-    int64 claims_end = PG_INT64_MAX;
-    int64 walk = 0;
-    TimestampTz t0 = GetCurrentTimestamp();
 
     // The scan reads a snapshot taken now; every candidate is checked again
     // under its lock with a snapshot taken after the lock was granted.
     direct::Tables *t = direct::open(direct::Mode::Claim);
     Snapshot scan_snap = direct::latest();
     direct::ReadyScan *scan =
-        direct::ready_begin(t, q.queue_id, from_head ? nullptr : &pos, true, scan_snap);
+        direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true, scan_snap);
     bool exhausted = false;
     while (claimed < n && !exhausted) {
-        int ncand = 0, ndead = 0;
+        int ncand = 0;
         while (claimed + ncand < n) {
             int64 id;
             int32 ord;
@@ -220,33 +184,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 break;
             }
             CHECK_FOR_INTERRUPTS();
-            pos = ScanPos{ord, id};
-            direct::ClaimRow c;
+            direct::ClaimRow c{};
             bool has = direct::claim_of(t, id, scan_snap, &c);
-            bool live = has && c.lease_until > now;
-            if (!hint_done) {
-                // The next scan may start at the first item that is not under
-                // a live claim; the claims passed over bound how long.
-                hint_pos = pos;
-                hint_have = true;
-                if (live) {
-                    if (c.lease_until < claims_end) claims_end = c.lease_until;
-                } else {
-                    hint_done = true;
-                    walk = GetCurrentTimestamp() - t0;  // what reaching it cost
-                }
-            }
-            if (live) continue;
-            if (has && c.attempt >= q.max_attempts) {
-                if (pg::lock_item(id, false)) {
-                    if (ndead == dead_cap) {
-                        dead_cap *= 2;
-                        dead = (int64 *)repalloc(dead, sizeof(int64) * dead_cap);
-                    }
-                    dead[ndead++] = id;
-                }
-                continue;
-            }
+            if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;
             uint64 gh = 0;
             if (!group_null) {
                 text *gt = DatumGetTextPP(gk);
@@ -261,9 +201,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             cand[ncand++] = id;
         }
 
-        api::kill_expired(dead, ndead, now, q.max_attempts);
+        api::walk_kill_dead(&w);
         if (ncand == 0) continue;
-        // Under the locks: still pending and ready, the head of its group,
+    // Under the locks: still pending and ready, the head of its group,
         // and either never claimed or expired with attempts left. Nobody
         // else can change these items' claim rows before we commit.
         Snapshot snap = direct::latest();
@@ -304,12 +244,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     direct::close(t);
     // Later statements of this transaction (and SPI below) see the claims.
     if (claimed > 0) CommandCounterIncrement();
-    if (!hint_done) walk = GetCurrentTimestamp() - t0;
-    pg::pure([&] {
-        api::hints().record(q.queue_id, from_head,
-                            hint_have ? std::optional<ScanPos>(hint_pos) : std::nullopt, walk,
-                            now, claims_end);
-    });
+    api::walk_end(&w);
     if (claimed > 0) api::after_tokens();
     return claimed;
 }

@@ -34,18 +34,6 @@ namespace direct = pgclaim::pg::direct;
 
 namespace {
 
-// The same promotion as claim_next's, with the next due time.
-Stmt s_promote = {
-    "WITH p AS ("
-    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
-    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "      AND run_at IS NOT NULL AND run_at <= $2"
-    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM p)::int8,"
-    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "          AND run_at IS NOT NULL AND run_at > $2)",
-    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
-
 // Columns: id, ready, lease_until, attempt.
 #define GMEMBER_SELECT                                                         \
     "SELECT i.id, i.run_at IS NULL, c.lease_until, c.attempt "                 \
@@ -205,29 +193,16 @@ int claim_named_group(const ClaimArgs &a, Datum gkey) {
 // Walk the ready items in delivery order; claim the group of the first free head.
 int claim_first_group(const ClaimArgs &a) {
     const int32 qid = a.q->queue_id;
-    bool from_head = true;
-    ScanPos pos = {0, 0};
-    pg::pure([&] {
-        if (auto s = api::hints().start(qid, a.now)) {
-            pos = *s;
-            from_head = false;
-        }
-    });
-
-    bool hint_done = false, hint_have = false;
-    ScanPos hint_pos = pos;
-    int64 claims_end = PG_INT64_MAX;
-    int64 walk = 0;
-    TimestampTz t0 = GetCurrentTimestamp();
+    api::ReadyWalk w;
+    api::walk_begin(&w, qid, a.q->max_attempts, a.now);
     int claimed = 0;
-    int dead_cap = 16, ndead = 0;
-    int64 *dead = (int64 *)palloc(sizeof(int64) * dead_cap);
 
     // The walk reads the tables directly (see pg/direct.hpp); the claim of
     // the group found (take_group) re-checks everything under the locks.
     direct::Tables *t = direct::open(direct::Mode::Claim);
     Snapshot snap = direct::latest();
-    direct::ReadyScan *scan = direct::ready_begin(t, qid, from_head ? nullptr : &pos, true, snap);
+    direct::ReadyScan *scan =
+        direct::ready_begin(t, qid, w.from_head ? nullptr : &w.start, true, snap);
     while (claimed == 0) {
         int64 id;
         int32 ord;
@@ -236,48 +211,19 @@ int claim_first_group(const ClaimArgs &a) {
         ItemPointerData tid;
         if (!direct::ready_next(scan, &id, &ord, &gk, &gk_null, &tid)) break;
         CHECK_FOR_INTERRUPTS();
-        pos = ScanPos{ord, id};
-        direct::ClaimRow c;
+        direct::ClaimRow c{};
         bool has = direct::claim_of(t, id, snap, &c);
-        bool live = has && c.lease_until > a.now;
-        if (!hint_done) {
-            hint_pos = pos;
-            hint_have = true;
-            if (live) {
-                if (c.lease_until < claims_end) claims_end = c.lease_until;
-            } else {
-                hint_done = true;
-                walk = GetCurrentTimestamp() - t0;
-            }
-        }
-        if (live) continue;
-        if (has && c.attempt >= a.q->max_attempts) {
-            if (pg::lock_item(id, false)) {
-                if (ndead == dead_cap) {
-                    dead_cap *= 2;
-                    dead = (int64 *)repalloc(dead, sizeof(int64) * dead_cap);
-                }
-                dead[ndead++] = id;
-            }
-            continue;
-        }
+        if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;
         if (!gk_null && direct::group_has_earlier(t, qid, gk, id, snap)) continue;  // not the head
         if (!pg::lock_item(id, false)) continue;  // someone else is on it
         Datum gcopy = gk_null ? (Datum)0 : datumCopy(gk, false, -1);
-        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
-        ndead = 0;
+        api::walk_kill_dead(&w);
         claimed = take_group(a, id, gcopy, gk_null);
     }
-    api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
     direct::ready_end(scan);
     direct::release(snap);
     direct::close(t);
-    if (!hint_done) walk = GetCurrentTimestamp() - t0;
-    pg::pure([&] {
-        api::hints().record(qid, from_head,
-                            hint_have ? std::optional<ScanPos>(hint_pos) : std::nullopt, walk,
-                            a.now, claims_end);
-    });
+    api::walk_end(&w);
     return claimed;
 }
 
@@ -287,11 +233,7 @@ int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
     // Due scheduled items become ready (in place, keeping their id). A group
     // claim looks every time: a group is held back by a scheduled head, so
     // a due head must not wait for this backend's promotion schedule.
-    {
-        Datum v[2] = {Int32GetDatum(a.q->queue_id), TimestampTzGetDatum(a.now)};
-        pg::run(s_promote, v, nullptr);
-        if (pg::col_int64(0, 1) > 0) api::forget_hints(a.q->queue_id);
-    }
+    api::promote_due(a.q->queue_id, a.now);
     int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
     if (claimed > 0) api::after_tokens();
     return claimed;

@@ -91,6 +91,102 @@ void after_tokens() {
     if (!worker::preloaded()) pg::flush_token_wal();
 }
 
+namespace {
+pg::Stmt s_promote = {
+    "WITH p AS ("
+    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
+    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "      AND run_at IS NOT NULL AND run_at <= $2"
+    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM p)::int8,"
+    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
+    "          AND run_at IS NOT NULL AND run_at > $2)",
+    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
+}  // namespace
+
+void promote_due(int32 queue_id, TimestampTz now) {
+    Datum v[2] = {Int32GetDatum(queue_id), TimestampTzGetDatum(now)};
+    pg::run(s_promote, v, nullptr);
+    bool isnull;
+    if (pg::col_int64(0, 1) > 0) forget_hints(queue_id);
+    Datum next = pg::col(0, 2, &isnull);
+    int64 next_us = isnull ? 0 : DatumGetTimestampTz(next);
+    pg::pure([&] {
+        promote_schedule().checked(queue_id, now,
+                                   isnull ? std::nullopt : std::optional<int64_t>(next_us));
+    });
+}
+
+void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now) {
+    w->queue_id = queue_id;
+    w->max_attempts = max_attempts;
+    w->now = now;
+    w->from_head = true;
+    w->start = ScanPos{0, 0};
+    ScanPos start = w->start;
+    bool from_head = true;
+    pg::pure([&] {
+        if (auto s = hints().start(queue_id, now)) {
+            start = *s;
+            from_head = false;
+        }
+    });
+    w->start = start;
+    w->from_head = from_head;
+    w->hint_have = w->hint_done = false;
+    w->hint_pos = start;
+    w->claims_end = PG_INT64_MAX;
+    w->walk_us = 0;
+    w->t0 = GetCurrentTimestamp();
+    w->dead_cap = 16;
+    w->ndead = 0;
+    w->dead = (int64 *)palloc(sizeof(int64) * w->dead_cap);
+}
+
+bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt) {
+    bool live = has_claim && lease_until > w->now;
+    if (!w->hint_done) {
+        // The next walk may start at the first item that is not under a
+        // live claim; the claims passed over bound how long.
+        w->hint_pos = pos;
+        w->hint_have = true;
+        if (live) {
+            if (lease_until < w->claims_end) w->claims_end = lease_until;
+        } else {
+            w->hint_done = true;
+            w->walk_us = GetCurrentTimestamp() - w->t0;  // what reaching it cost
+        }
+    }
+    if (live) return false;
+    if (has_claim && attempt >= w->max_attempts) {
+        if (pg::lock_item(pos.id, false)) {
+            if (w->ndead == w->dead_cap) {
+                w->dead_cap *= 2;
+                w->dead = (int64 *)repalloc(w->dead, sizeof(int64) * w->dead_cap);
+            }
+            w->dead[w->ndead++] = pos.id;
+        }
+        return false;
+    }
+    return true;
+}
+
+void walk_kill_dead(ReadyWalk *w) {
+    kill_expired(w->dead, w->ndead, w->now, w->max_attempts);
+    w->ndead = 0;
+}
+
+void walk_end(ReadyWalk *w) {
+    walk_kill_dead(w);
+    if (!w->hint_done) w->walk_us = GetCurrentTimestamp() - w->t0;
+    ReadyWalk c = *w;
+    pg::pure([&] {
+        hints().record(c.queue_id, c.from_head,
+                       c.hint_have ? std::optional<ScanPos>(c.hint_pos) : std::nullopt, c.walk_us,
+                       c.now, c.claims_end);
+    });
+}
+
 Datum int8_array(const int64 *v, int n) {
     Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
     for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);

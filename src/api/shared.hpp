@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/rules.hpp"
+#include "core/scan_hint.hpp"
 #include "pg/pg.hpp"
 
 namespace pgclaim::api {
@@ -38,6 +39,38 @@ void forget_hints(int32 queue_id);
 // it, every grant flushes the WAL covering its tokens.
 void before_tokens();
 void after_tokens();
+
+// Scheduled items of the queue that are due at `now` become ready, in
+// place (at most 1000 per call); the backend's scan hints of the queue are
+// forgotten when any did, and its promotion schedule learns the earliest
+// run_at still pending. SPI must be connected.
+void promote_due(int32 queue_id, TimestampTz now);
+
+// What a walk over a queue's ready items (claim_next, group_claim) keeps
+// while it looks for claimable items: where the next walk may start (the
+// scan hint, core/scan_hint.hpp) and the items found dead (lease expired on
+// the last allowed attempt; locked here, killed by walk_kill_dead).
+struct ReadyWalk {
+    int32 queue_id;
+    int32 max_attempts;
+    TimestampTz now;
+    bool from_head;  // no hint: the walk starts at the head
+    ScanPos start;   // where it starts otherwise
+    bool hint_have, hint_done;
+    ScanPos hint_pos;
+    int64 claims_end;
+    int64 walk_us;
+    TimestampTz t0;
+    int64 *dead;
+    int ndead, dead_cap;
+};
+void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
+// One visible ready item at `pos` and its claim row (has_claim, lease_until,
+// attempt). True when it may be claimed: no live claim and attempts left.
+bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);
+void walk_kill_dead(ReadyWalk *w);
+// Kills what is left and records the hint for the next walk.
+void walk_end(ReadyWalk *w);
 
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
