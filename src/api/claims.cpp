@@ -20,9 +20,7 @@
 
 extern "C" {
 #include "common/hashfn.h"
-#include "storage/latch.h"
 #include "utils/hsearch.h"
-#include "utils/wait_event.h"
 #include "tcop/utility.h"
 }
 

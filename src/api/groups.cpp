@@ -46,6 +46,23 @@ Stmt s_group_head = {GMEMBER_SELECT "ORDER BY i.id LIMIT 1", 2, {INT4OID, TEXTOI
 Stmt s_followers = {GMEMBER_SELECT "AND i.id > $3 ORDER BY i.id LIMIT $4", 4,
                     {INT4OID, TEXTOID, INT8OID, INT8OID}, nullptr};
 
+// The end of the group claiming statement: the upsert of claim rows (a new claim, or an expired one with attempts
+// left, gets the token), ending the "ins" CTE.
+#define PGCLAIM_CLAIM_CONFLICT                                               \
+    "  ON CONFLICT (item_id) DO UPDATE"                                      \
+    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"               \
+    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at," \
+    "        worker = EXCLUDED.worker"                                       \
+    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"      \
+    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"               \
+    ") "
+// The columns returned for claim.item, from the claimed rows and the items.
+#define PGCLAIM_CLAIM_UPSERT                                                 \
+    PGCLAIM_CLAIM_CONFLICT                                                   \
+    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"           \
+    "       i.group_key, i.payload, i.enqueued_at "                          \
+    "FROM ins JOIN claim.items i ON i.id = ins.item_id "
+
 // Claim the longest prefix of the locked candidates ($1, head first) that is
 // claimable now, under one token.
 Stmt s_gclaim = {

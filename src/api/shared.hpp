@@ -79,24 +79,6 @@ Datum int8_array(const int64 *v, int n);
 // item locks (held by the caller) are released afterwards.
 void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts);
 
-// The part of the claiming statement that claim_next and group_claim share:
-// the upsert of claim rows (a new claim, or an expired one with attempts
-// left, gets the token), ending the "ins" CTE.
-#define PGCLAIM_CLAIM_CONFLICT                                               \
-    "  ON CONFLICT (item_id) DO UPDATE"                                      \
-    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"               \
-    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at," \
-    "        worker = EXCLUDED.worker"                                       \
-    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"      \
-    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"               \
-    ") "
-// The columns returned for claim.item, from the claimed rows and the items.
-#define PGCLAIM_CLAIM_UPSERT                                                 \
-    PGCLAIM_CLAIM_CONFLICT                                                   \
-    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"           \
-    "       i.group_key, i.payload, i.enqueued_at "                          \
-    "FROM ins JOIN claim.items i ON i.id = ins.item_id "
-
 // PC001 for a token that is not a live claim.
 [[noreturn]] void stale_token(int64 token, const char *why);
 

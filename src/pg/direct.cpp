@@ -285,8 +285,20 @@ Tables *open(Mode mode) {
     t->items = table_open(cat.items, mode == Mode::Complete ? RowExclusiveLock : AccessShareLock);
     t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
     t->claims = table_open(cat.claims, RowExclusiveLock);
-    t->claims_pkey = index_open(cat.claims_pkey, AccessShareLock);
-    t->claims_token = index_open(cat.claims_token, AccessShareLock);
+    if (mode == Mode::Claim) {
+        // The inserts open every index of claim.claims: probe through those.
+        open_insert(t, t->claims);
+        for (int i = 0; i < t->rri->ri_NumIndices; ++i) {
+            Relation idx = t->rri->ri_IndexRelationDescs[i];
+            if (RelationGetRelid(idx) == cat.claims_pkey) t->claims_pkey = idx;
+            if (RelationGetRelid(idx) == cat.claims_token) t->claims_token = idx;
+        }
+        if (t->claims_pkey == nullptr || t->claims_token == nullptr)
+            elog(ERROR, "pg_claim: an index of claim.claims is missing");
+    } else {
+        t->claims_pkey = index_open(cat.claims_pkey, AccessShareLock);
+        t->claims_token = index_open(cat.claims_token, AccessShareLock);
+    }
     check_index(t->items_pkey, {cat.i_id});
     check_index(t->claims_pkey, {cat.c_item});
     check_index(t->claims_token, {cat.c_token});
@@ -299,7 +311,6 @@ Tables *open(Mode mode) {
         check_index(t->items_group, {cat.i_queue, cat.i_group, cat.i_id});
         t->scan_slot = table_slot_create(t->items, nullptr);
         t->group_slot = table_slot_create(t->items, nullptr);
-        open_insert(t, t->claims);
     }
     return t;
 }
@@ -323,8 +334,10 @@ void close(Tables *t) {
     }
     ExecDropSingleTupleTableSlot(t->claim_slot);
     ExecDropSingleTupleTableSlot(t->item_slot);
-    index_close(t->claims_token, NoLock);
-    index_close(t->claims_pkey, NoLock);
+    if (t->mode != Mode::Claim) {  // in Claim mode they belong to the executor's list
+        index_close(t->claims_token, NoLock);
+        index_close(t->claims_pkey, NoLock);
+    }
     table_close(t->claims, NoLock);
     index_close(t->items_pkey, NoLock);
     table_close(t->items, NoLock);
