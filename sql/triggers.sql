@@ -159,6 +159,65 @@ SELECT * FROM pg_temp.items('changes');
 SELECT pg_temp.clear('changes');
 DROP TABLE bulk2;
 
+-- rows in payloads are exactly to_jsonb(row), for every kind of column, at
+-- row and at statement level (both build them without to_jsonb)
+CREATE DOMAIN pos_int AS int CHECK (VALUE > 0);
+CREATE DOMAIN tags AS text[];
+CREATE TYPE pair AS (a int, b text);
+CREATE TABLE kinds (
+    id int, gone int, b bool, i2 int2, i4 int4, i8 int8, n numeric, f4 float4, f8 float8,
+    t text, vc varchar(10), c char(5), nm name, d date, ts timestamp, tz timestamptz,
+    jb jsonb, js json, arr int[], comp pair, dom pos_int, domarr tags, u uuid,
+    iv interval, ip inet, by bytea, bits bit varying, r int4range, pt point);
+ALTER TABLE kinds DROP COLUMN gone;
+-- what to_jsonb said at the time of each change
+CREATE TABLE kinds_seen (op text, id int, new jsonb, old jsonb);
+CREATE FUNCTION pg_temp.seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO kinds_seen VALUES (TG_OP, coalesce(NEW.id, OLD.id),
+        CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END,
+        CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER kinds_seen AFTER INSERT OR UPDATE OR DELETE ON kinds
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.seen();
+CREATE TRIGGER kinds_row AFTER INSERT OR UPDATE OR DELETE ON kinds
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'b');
+CREATE TRIGGER kinds_stmt AFTER UPDATE ON kinds REFERENCING OLD TABLE AS o NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'n');
+SET timezone = 'Asia/Kolkata';
+INSERT INTO kinds VALUES
+  (1, true, 32767, -2147483648, 9223372036854775807, 12345678901234567890.123400, 1.5, 0.1,
+   'tab	quote"back\\slash', 'vc', 'ab', 'name', '2024-02-29', '2024-02-29 12:34:56.789',
+   '2024-02-29 12:34:56.789+00', '{"x": [1, {"y": null}]}', '{"b": 1, "a": [2]}',
+   '{1,NULL,3}', ROW(1, 'p'), 7, '{a,b}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+   '1 day 2 hours', '10.0.0.1/8', '\xdeadbeef', B'1011', '[1,5)', '(1.5,2)'),
+  (2, false, -1, 0, -1, 'NaN', 'NaN', 'Infinity', '', NULL, '', NULL, 'infinity',
+   '-infinity', 'infinity', '"scalar"', '3', '{}', ROW(NULL, NULL), NULL, NULL, NULL, NULL,
+   NULL, NULL, NULL, NULL, NULL),
+  (3, NULL, NULL, NULL, NULL, '-Infinity', '-Infinity', '-0', NULL, NULL, NULL, NULL, NULL,
+   NULL, NULL, 'null', 'null', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+  (4, true, 1, 1, 1, '0.000', '1e-10', '1e20', 'x', 'y', 'z', 'n', '0001-01-01 BC',
+   '1999-12-31 23:59:59.999999', '2000-01-01 00:00:00+14', '[]', '[true, false]', '{{1,2},{3,4}}',
+   ROW(2, 'q'), 1, '{}', NULL, '-1 mon', '::1', '\x', B'', 'empty', '(0,0)');
+UPDATE kinds SET n = n * 2 WHERE id <> 2;
+DELETE FROM kinds WHERE id = 3;
+SELECT i.payload->>'op' AS op, coalesce(i.payload->'new'->>'id', i.payload->'old'->>'id') AS row,
+       i.group_key,
+       EXISTS (SELECT 1 FROM kinds_seen s WHERE s.op = i.payload->>'op'
+               AND s.new IS NOT DISTINCT FROM i.payload->'new'
+               AND s.old IS NOT DISTINCT FROM i.payload->'old') AS same_as_to_jsonb
+FROM claim.items i WHERE i.payload->>'table' = 'kinds' ORDER BY i.id;
+-- every value, as to_jsonb wrote it (row 2: NaN and infinities as strings)
+SELECT payload->'new' FROM claim.items
+WHERE payload->>'table' = 'kinds' AND payload->>'op' = 'INSERT' ORDER BY id;
+RESET timezone;
+DROP TABLE kinds, kinds_seen;
+DROP TYPE pair;
+DROP DOMAIN pos_int;
+DROP DOMAIN tags;
+DELETE FROM claim.items WHERE payload->>'table' = 'kinds';
+
 -- statement level with coalesce: one item per group for the statement,
 -- merged into the newest unclaimed item of the group
 CREATE TABLE bulk3 (id int, grp text, v int);

@@ -24,6 +24,7 @@
 // to replace. If the lock is busy, a new item is added instead.
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
+#include "pg/rowjson.hpp"
 #include "core/trigger_args.hpp"
 #include "worker/wakeup.hpp"
 
@@ -38,26 +39,12 @@ extern "C" {
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
+namespace direct = pgclaim::pg::direct;
 
 namespace {
 
 constexpr const char *kTriggerProtocol = "39P01";  // trigger_protocol_violated
 constexpr const char *kUndefinedColumn = "42703";
-
-// One item: $1 queue name, $2 priority, $3 group key, $4 op, $5 schema,
-// $6 table, $7 the row(s) as jsonb. One statement per shape of payload, so
-// the row is copied into the payload once. Returns the queue id; no row when
-// the queue does not exist.
-#define INSERT_ITEM(payload)                                                      \
-    "INSERT INTO claim.items (queue_id, priority, group_key, payload) "          \
-    "SELECT q.queue_id, $2, $3, jsonb_build_object('op', $4, 'schema', $5, 'table', $6" \
-    payload ") FROM claim.queues q WHERE q.name = $1 RETURNING queue_id"
-#define INSERT_TYPES {TEXTOID, INT4OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, JSONBOID}
-
-Stmt s_insert_new = {INSERT_ITEM(", 'new', $7"), 7, INSERT_TYPES, nullptr};
-Stmt s_insert_old = {INSERT_ITEM(", 'old', $8"), 8, INSERT_TYPES, nullptr};
-Stmt s_insert_both = {INSERT_ITEM(", 'new', $7, 'old', $8"), 8, INSERT_TYPES, nullptr};
-Stmt s_insert_none = {INSERT_ITEM(""), 6, INSERT_TYPES, nullptr};
 
 // The newest pending item of the group, if it is a coalescing target.
 Stmt s_co_find = {
@@ -91,29 +78,22 @@ struct Change {
     const char *table;
 };
 
-// Cached per trigger call site: to_jsonb() set up for the table's row type.
-struct RowJsonCache {
-    Oid typid;
-    FmgrInfo fl;
-};
-
-Datum row_jsonb(FunctionCallInfo fcinfo, HeapTuple tuple, TupleDesc desc) {
-    RowJsonCache *c = (RowJsonCache *)fcinfo->flinfo->fn_extra;
-    if (c == nullptr || c->typid != desc->tdtypeid) {
-        MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-        if (c == nullptr) c = (RowJsonCache *)palloc0(sizeof(RowJsonCache));
-        fmgr_info(F_TO_JSONB, &c->fl);
-        Node *arg = (Node *)makeNullConst(desc->tdtypeid, -1, InvalidOid);
-        c->fl.fn_expr = (Node *)makeFuncExpr(F_TO_JSONB, JSONBOID, list_make1(arg), InvalidOid,
-                                             InvalidOid, COERCE_EXPLICIT_CALL);
-        c->typid = desc->tdtypeid;
-        fcinfo->flinfo->fn_extra = c;
-        MemoryContextSwitchTo(old);
+// The row converter of this trigger call site (fn_extra lives as long as
+// the query that fires the trigger).
+pg::RowJson *row_converter(FunctionCallInfo fcinfo, TupleDesc desc) {
+    pg::RowJson *rj = (pg::RowJson *)fcinfo->flinfo->fn_extra;
+    if (rj == nullptr || !pg::rowjson_matches(rj, desc)) {
+        rj = pg::rowjson_prepare(desc, fcinfo->flinfo->fn_mcxt);
+        fcinfo->flinfo->fn_extra = rj;
     }
-    return FunctionCall1(&c->fl, heap_copy_tuple_as_datum(tuple, desc));
+    return rj;
 }
 
-Datum text_or_null(const char *s) { return s ? CStringGetTextDatum(s) : (Datum)0; }
+// One row as a jsonb datum (what to_jsonb(row) returns).
+Datum row_jsonb(pg::RowJson *rj, TupleTableSlot *slot) {
+    JsonbParseState *st = nullptr;
+    return JsonbPGetDatum(JsonbValueToJsonb(pg::rowjson_push(rj, &st, slot)));
+}
 
 void push_key(JsonbParseState **st, const char *key) {
     JsonbValue k;
@@ -132,42 +112,56 @@ void push_string(JsonbParseState **st, const char *key, const char *value) {
     pushJsonbValue(st, WJB_VALUE, &v);
 }
 
-void push_jsonb(JsonbParseState **st, const char *key, Datum value) {
-    push_key(st, key);
-    Jsonb *jb = DatumGetJsonbP(value);
-    JsonbValue v;
-    v.type = jbvBinary;
-    v.val.binary.data = &jb->root;
-    v.val.binary.len = (int)(VARSIZE(jb) - VARHDRSZ);
-    pushJsonbValue(st, WJB_VALUE, &v);
+// One side of the change: the row from its slot, or an already built
+// jsonb row; nothing when neither is given.
+struct Side {
+    TupleTableSlot *slot;
+    Datum jsonb;
+};
+
+void push_side(JsonbParseState **st, const char *key, pg::RowJson *rj, Side side) {
+    if (side.slot != nullptr) {
+        push_key(st, key);
+        pg::rowjson_push(rj, st, side.slot);
+    } else if (side.jsonb != (Datum)0) {
+        push_key(st, key);
+        Jsonb *jb = DatumGetJsonbP(side.jsonb);
+        JsonbValue v;
+        v.type = jbvBinary;
+        v.val.binary.data = &jb->root;
+        v.val.binary.len = (int)(VARSIZE(jb) - VARHDRSZ);
+        pushJsonbValue(st, WJB_VALUE, &v);
+    }
 }
 
-// {"op", "schema", "table", "new", "old"} built in place (what the SQL
-// statements below build with jsonb_build_object).
-Datum build_payload(const Change &ch, Datum nj, Datum oj) {
+// {"op", "schema", "table", "new", "old"}, built in place in one pass.
+Datum build_payload(const Change &ch, pg::RowJson *rj, Side nw, Side old) {
     JsonbParseState *st = nullptr;
     pushJsonbValue(&st, WJB_BEGIN_OBJECT, nullptr);
     push_string(&st, "op", ch.op);
     push_string(&st, "schema", ch.schema);
     push_string(&st, "table", ch.table);
-    if (nj) push_jsonb(&st, "new", nj);
-    if (oj) push_jsonb(&st, "old", oj);
+    push_side(&st, "new", rj, nw);
+    push_side(&st, "old", rj, old);
     JsonbValue *res = pushJsonbValue(&st, WJB_END_OBJECT, nullptr);
     return JsonbPGetDatum(JsonbValueToJsonb(res));
 }
 
-// One new item, without SQL: the queue looked up by an index probe, the
-// item inserted directly (see pg/direct.hpp).
-void insert_direct(const Change &ch, Datum nj, Datum oj, const char *group) {
-    namespace direct = pgclaim::pg::direct;
-    Datum payload = build_payload(ch, nj, oj);
-    direct::Tables *t = direct::open(direct::Mode::Enqueue);
+// The queue of the change, looked up by an index probe; raises when it
+// does not exist.
+int32 change_queue(direct::Tables *t, const Change &ch) {
     Snapshot snap = direct::latest();
     int32 qid = direct::queue_id(t, CStringGetTextDatum(ch.queue), snap);
     direct::release(snap);
     if (qid < 0) api::unknown_queue(ch.queue);
-    direct::item_insert(t, qid, ch.priority, (Datum)0, true, text_or_null(group), group == nullptr,
-                        payload);
+    return qid;
+}
+
+// One new item, without SQL (see pg/direct.hpp). group: text or (Datum)0.
+void insert_direct(const Change &ch, Datum payload, Datum group) {
+    direct::Tables *t = direct::open(direct::Mode::Enqueue);
+    int32 qid = change_queue(t, ch);
+    direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload);
     direct::close(t);
     CommandCounterIncrement();
     worker::notify_ready(worker::WaitKind::Queue, qid);
@@ -195,15 +189,8 @@ void enqueue_change(const Change &ch, Datum nj, Datum oj, const char *group) {
             }
         }
     }
-    Datum v[8] = {CStringGetTextDatum(ch.queue),  Int32GetDatum(ch.priority),
-                  text_or_null(group),            CStringGetTextDatum(ch.op),
-                  CStringGetTextDatum(ch.schema), CStringGetTextDatum(ch.table),
-                  nj,                             oj};
-    char nulls[9] = {' ', ' ', group ? ' ' : 'n', ' ', ' ', ' ', nj ? ' ' : 'n', oj ? ' ' : 'n',
-                     '\0'};
-    Stmt &st = nj && oj ? s_insert_both : nj ? s_insert_new : oj ? s_insert_old : s_insert_none;
-    if (pg::run(st, v, nulls) == 0) api::unknown_queue(ch.queue);
-    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1));
+    Datum payload = build_payload(ch, nullptr, Side{nullptr, nj}, Side{nullptr, oj});
+    insert_direct(ch, payload, group ? CStringGetTextDatum(group) : (Datum)0);
 }
 
 [[noreturn]] void bad_use(const char *trigger, const char *table, const char *what,
@@ -219,30 +206,92 @@ const char *kStatementHint =
     "claim.enqueue_trigger(...) (OLD TABLE for DELETE, either or both for UPDATE).";
 
 void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att) {
-    TupleDesc desc = RelationGetDescr(td->tg_relation);
-    HeapTuple newt = nullptr, oldt = nullptr;
+    pg::RowJson *rj = row_converter(fcinfo, RelationGetDescr(td->tg_relation));
+    TupleTableSlot *nw = nullptr, *old = nullptr;
     if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
-        newt = td->tg_trigtuple;
+        nw = td->tg_trigslot;
     } else if (TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
-        oldt = td->tg_trigtuple;
-        newt = td->tg_newtuple;
+        old = td->tg_trigslot;
+        nw = td->tg_newslot;
     } else {
-        oldt = td->tg_trigtuple;
+        old = td->tg_trigslot;
     }
-    Datum nj = newt ? row_jsonb(fcinfo, newt, desc) : (Datum)0;
-    Datum oj = oldt ? row_jsonb(fcinfo, oldt, desc) : (Datum)0;
-    const char *group = nullptr;
-    if (group_att > 0) group = SPI_getvalue(newt ? newt : oldt, desc, group_att);
-    if (!ch.coalesce || group == nullptr) {
-        insert_direct(ch, nj, oj, group);
+    Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
+    if (!ch.coalesce || group == (Datum)0) {
+        insert_direct(ch, build_payload(ch, rj, Side{nw, 0}, Side{old, 0}), group);
         return;
     }
+    Datum nj = nw ? row_jsonb(rj, nw) : (Datum)0;
+    Datum oj = old ? row_jsonb(rj, old) : (Datum)0;
     SPI_connect();
-    enqueue_change(ch, nj, oj, group);
+    enqueue_change(ch, nj, oj, TextDatumGetCString(group));
     SPI_finish();
 }
 
-void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
+// A transition table read from its start, through a read pointer of our own
+// (other triggers of the statement may read the same table).
+struct Transition {
+    Tuplestorestate *store;
+    int ptr;
+    TupleTableSlot *slot;
+};
+
+void transition_begin(Transition *tr, Tuplestorestate *store, TupleDesc desc) {
+    tr->store = store;
+    tr->slot = nullptr;
+    if (store == nullptr) return;
+    tr->ptr = tuplestore_alloc_read_pointer(store, EXEC_FLAG_REWIND);
+    tuplestore_select_read_pointer(store, tr->ptr);
+    tuplestore_rescan(store);
+    tuplestore_select_read_pointer(store, 0);
+    tr->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+}
+
+// The next row, or nullptr at the end.
+TupleTableSlot *transition_next(Transition *tr) {
+    if (tr->store == nullptr) return nullptr;
+    tuplestore_select_read_pointer(tr->store, tr->ptr);
+    bool found = tuplestore_gettupleslot(tr->store, true, false, tr->slot);
+    tuplestore_select_read_pointer(tr->store, 0);
+    return found ? tr->slot : nullptr;
+}
+
+void transition_end(Transition *tr) {
+    if (tr->slot != nullptr) ExecDropSingleTupleTableSlot(tr->slot);
+}
+
+// Without coalescing: one item per changed row, in statement order, built
+// straight from the transition tables and written in batches.
+void statement_items(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att) {
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    pg::RowJson *rj = row_converter(fcinfo, desc);
+    Transition nt, ot;
+    transition_begin(&nt, td->tg_trigger->tgnewtable ? td->tg_newtable : nullptr, desc);
+    transition_begin(&ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
+    direct::Tables *t = direct::open(direct::Mode::Enqueue);
+    int32 qid = change_queue(t, ch);
+    direct::ItemBatch *b = direct::batch_begin(t, qid, ch.priority);
+    for (;;) {
+        TupleTableSlot *nw = transition_next(&nt);
+        TupleTableSlot *old = transition_next(&ot);
+        if (nw == nullptr && old == nullptr) break;
+        MemoryContext prev = MemoryContextSwitchTo(direct::batch_memory(b));
+        Datum payload = build_payload(ch, rj, Side{nw, 0}, Side{old, 0});
+        Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
+        MemoryContextSwitchTo(prev);
+        direct::batch_add(b, group, group == (Datum)0, payload);
+        CHECK_FOR_INTERRUPTS();
+    }
+    int64 n = direct::batch_end(b);
+    direct::close(t);
+    transition_end(&nt);
+    transition_end(&ot);
+    CommandCounterIncrement();
+    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, qid);
+}
+
+void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att,
+                     const char *group_col) {
     const char *trig = td->tg_trigger->tgname;
     const char *newtab = td->tg_trigger->tgnewtable;
     const char *oldtab = td->tg_trigger->tgoldtable;
@@ -251,11 +300,8 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
     bool truncate = TRIGGER_FIRED_BY_TRUNCATE(td->tg_event);
 
     if (truncate) {
-        SPI_connect();
-        Change c = ch;
-        c.coalesce = false;
-        enqueue_change(c, (Datum)0, (Datum)0, nullptr);
-        SPI_finish();
+        insert_direct(ch, build_payload(ch, nullptr, Side{nullptr, 0}, Side{nullptr, 0}),
+                      (Datum)0);
         return;
     }
     if ((ins && !newtab) || (del && !oldtab) || (!newtab && !oldtab))
@@ -265,8 +311,12 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
                           : "a statement-level UPDATE trigger needs REFERENCING NEW TABLE "
                             "and/or OLD TABLE",
                 kStatementHint);
+    if (!ch.coalesce) {
+        statement_items(fcinfo, td, ch, group_att);
+        return;
+    }
 
-    // rows(rn, nj, oj, g): the changed rows in statement order.
+    // coalesce: rows(rn, nj, oj, g), the changed rows in statement order.
     StringInfoData rows;
     initStringInfo(&rows);
     const char *gcol = group_col ? quote_identifier(group_col) : nullptr;
@@ -280,13 +330,10 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
                          gcol ? "(n." : "NULL::text", gcol ? gcol : "", gcol ? ")::text" : "",
                          quote_identifier(newtab), quote_identifier(oldtab));
     } else {
-        // The scan returns the rows in statement order: numbering them is
-        // only needed when coalescing (to keep the first "old").
         bool is_new = newtab != nullptr;
         appendStringInfo(&rows,
-                         "SELECT %s AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
+                         "SELECT row_number() OVER () AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
                          "FROM %s r",
-                         ch.coalesce ? "row_number() OVER ()" : "0::bigint",
                          is_new ? "to_jsonb(r)" : "NULL::jsonb",
                          is_new ? "NULL::jsonb" : "to_jsonb(r)", gcol ? "(r." : "NULL::text",
                          gcol ? gcol : "", gcol ? ")::text" : "",
@@ -297,31 +344,6 @@ void statement_level(TriggerData *td, const Change &ch, const char *group_col) {
     initStringInfo(&sql);
     SPI_connect();
     SPI_register_trigger_data(td);
-    api::QueueInfo q = api::lookup_queue(ch.queue);
-
-    if (!ch.coalesce) {
-        appendStringInfo(&sql,
-                         "INSERT INTO claim.items (queue_id, priority, group_key, payload) "
-                         "SELECT $1, $2, r.g, %s FROM (%s) r%s",
-                         newtab && oldtab
-                             ? "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
-                               "'new', r.nj, 'old', r.oj)"
-                         : newtab ? "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
-                                    "'new', r.nj)"
-                                  : "jsonb_build_object('op', $3, 'schema', $4, 'table', $5, "
-                                    "'old', r.oj)",
-                         rows.data, newtab && oldtab ? " ORDER BY r.rn" : "");
-        Oid types[5] = {INT4OID, INT4OID, TEXTOID, TEXTOID, TEXTOID};
-        Datum v[5] = {Int32GetDatum(q.queue_id), Int32GetDatum(ch.priority),
-                      CStringGetTextDatum(ch.op), CStringGetTextDatum(ch.schema),
-                      CStringGetTextDatum(ch.table)};
-        int rc = SPI_execute_with_args(sql.data, 5, types, v, nullptr, false, 0);
-        if (rc != SPI_OK_INSERT)
-            elog(ERROR, "pg_claim: trigger enqueue failed (%s)", SPI_result_code_string(rc));
-        if (SPI_processed > 0) worker::notify_ready(worker::WaitKind::Queue, q.queue_id);
-        SPI_finish();
-        return;
-    }
 
     // coalesce: first collapse the statement's rows per group key (first
     // "old", last "new"), then coalesce or insert each collapsed change.
@@ -403,6 +425,6 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
     if (TRIGGER_FIRED_FOR_ROW(td->tg_event))
         row_level(fcinfo, td, ch, group_att);
     else
-        statement_level(td, ch, group_att > 0 ? opts.group_column : nullptr);
+        statement_level(fcinfo, td, ch, group_att, group_att > 0 ? opts.group_column : nullptr);
     return PointerGetDatum(nullptr);
 }

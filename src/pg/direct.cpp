@@ -388,6 +388,87 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     return id;
 }
 
+namespace {
+constexpr int kBatchRows = 1000;           // like COPY's multi-insert buffer
+constexpr Size kBatchBytes = 256 * 1024;  // payload bytes per flush
+}  // namespace
+
+struct ItemBatch {
+    Tables *t;
+    int32 queue_id;
+    int32 priority;
+    MemoryContext mcxt;
+    int n;
+    Size bytes;
+    int64 written;
+    CommandId cid;
+    TupleTableSlot *slots[kBatchRows];
+};
+
+ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
+    if (priority == PG_INT32_MIN)
+        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
+    ItemBatch *b = (ItemBatch *)palloc0(sizeof(ItemBatch));
+    b->t = t;
+    b->queue_id = queue_id;
+    b->priority = priority;
+    b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch",
+                                    ALLOCSET_DEFAULT_SIZES);
+    b->cid = GetCurrentCommandId(true);
+    return b;
+}
+
+MemoryContext batch_memory(ItemBatch *b) { return b->mcxt; }
+
+namespace {
+void batch_flush(ItemBatch *b) {
+    if (b->n == 0) return;
+    Tables *t = b->t;
+    table_multi_insert(t->items, b->slots, b->n, b->cid, 0, nullptr);
+    for (int i = 0; i < b->n; ++i) {
+        if (t->rri->ri_NumIndices > 0)
+            (void)ExecInsertIndexTuples(t->rri, b->slots[i], t->estate, false, false, nullptr,
+                                        NIL);
+        ResetPerTupleExprContext(t->estate);
+        ExecClearTuple(b->slots[i]);
+    }
+    b->written += b->n;
+    b->n = 0;
+    b->bytes = 0;
+    MemoryContextReset(b->mcxt);
+}
+}  // namespace
+
+void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
+    Tables *t = b->t;
+    if (b->slots[b->n] == nullptr)
+        b->slots[b->n] = MakeSingleTupleTableSlot(RelationGetDescr(t->items), &TTSOpsVirtual);
+    TupleTableSlot *slot = b->slots[b->n];
+    clear_slot(slot);
+    set_att(slot, cat.i_id, Int64GetDatum(nextval_internal(cat.item_id_seq, true)), false);
+    set_att(slot, cat.i_queue, Int32GetDatum(b->queue_id), false);
+    set_att(slot, cat.i_priority, Int32GetDatum(b->priority), false);
+    set_att(slot, cat.i_ord, Int32GetDatum(-b->priority), false);
+    set_att(slot, cat.i_state, CharGetDatum('r'), false);
+    set_att(slot, cat.i_enq, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+    set_att(slot, cat.i_failures, Int32GetDatum(0), false);
+    set_att(slot, cat.i_group, group_key, group_null);
+    set_att(slot, cat.i_payload, payload, false);
+    ExecStoreVirtualTuple(slot);
+    b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
+    if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);
+}
+
+int64 batch_end(ItemBatch *b) {
+    batch_flush(b);
+    for (int i = 0; i < kBatchRows && b->slots[i] != nullptr; ++i)
+        ExecDropSingleTupleTableSlot(b->slots[i]);
+    MemoryContextDelete(b->mcxt);
+    int64 n = b->written;
+    pfree(b);
+    return n;
+}
+
 struct ReadyScan {
     Tables *t;
     IndexScanDesc scan;

@@ -103,6 +103,19 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap);
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
                   Datum group_key, bool group_null, Datum payload);
 
+// Many new items of one queue at once (a statement-level trigger): the
+// heap rows are written in batches (table_multi_insert: one WAL record per
+// page instead of one per row), then their index entries. Values passed to
+// batch_add must be allocated in batch_memory(b) (or outlive the batch);
+// that memory is reset after every flush.
+struct ItemBatch;
+ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority);
+MemoryContext batch_memory(ItemBatch *b);
+void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload);
+// Writes what is pending and frees the batch; returns how many items it
+// wrote in all.
+int64 batch_end(ItemBatch *b);
+
 // The next fencing token (nextval of claim.token_seq, with its USAGE check).
 int64 next_token(Tables *t);
 
