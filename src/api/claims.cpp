@@ -159,6 +159,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     HTAB *groups = nullptr;  // created at the first group key met
     int64 *cand = (int64 *)palloc(sizeof(int64) * n);
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
+    ScanPos *cand_pos = (ScanPos *)palloc(sizeof(ScanPos) * n);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
 
@@ -196,6 +197,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
             if (!group_null) set_add(groups, gh);
             cand_tid[ncand] = tid;
+            cand_pos[ncand] = ScanPos{ord, id};
             cand[ncand++] = id;
         }
 
@@ -223,6 +225,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             int32 attempt = has ? c.attempt + 1 : it.failures + 1;
             direct::claim_insert(t, id, q.queue_id, token, attempt, lease_until, now, worker,
                                  worker_null);
+            api::walk_claimed(&w, cand_pos[i], lease_until);
             Datum out[8] = {qname,
                             Int64GetDatum(id),
                             Int64GetDatum(token),
@@ -422,6 +425,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     int64 *delays = (int64 *)palloc(sizeof(int64) * (n > 0 ? n : 1));
     bool *dead = (bool *)palloc(sizeof(bool) * (n > 0 ? n : 1));
     bool live = n > 0;
+    bool at_once = false;  // some item is ready again at once
     for (uint64 i = 0; i < n; ++i) {
         bool isnull;
         ids[i] = pg::col_int64(i, 1);
@@ -430,6 +434,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
         int64_t backoff = pg::interval_us(DatumGetIntervalP(pg::col(i, 4, &isnull)), "backoff");
         dead[i] = attempt >= pg::col_int32(i, 5);
         delays[i] = retry_us >= 0 ? retry_us : backoff_delay_us(backoff, attempt);
+        if (delays[i] == 0 && !dead[i]) at_once = true;
     }
     if (!live) refuse(token);
     Datum fv[6] = {Int64GetDatum(token),
@@ -440,8 +445,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
                    TimestampTzGetDatum(now)};
     char fn[7] = {' ', ' ', ' ', ' ', PG_ARGISNULL(1) ? 'n' : ' ', ' ', '\0'};
     uint64 done = pg::run(s_fail, fv, fn);
-    // Ready again at once, behind where this backend's scans start.
-    if (retry_us == 0) pg::pure([&] { api::hints().forget_all(); });
+    // Ready again at once, behind where scans start.
+    if (at_once && done > 0) api::forget_hints(pg::col_int32(0, 1));
     for (uint64 i = 0; i < done; ++i) {
         bool isnull;
         if (DatumGetBool(pg::col(i, 2, &isnull))) {
@@ -480,9 +485,9 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     uint64 n = pg::run(s_release, v, nullptr);
     if (n == 0) refuse(token);
     worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1), (int64)n);
+    // The item is ready again behind where scans start.
+    api::forget_hints(pg::col_int32(0, 1));
     SPI_finish();
-    // The item is ready again behind where this backend's scans start.
-    pg::pure([&] { api::hints().forget_all(); });
     PG_RETURN_INT32((int32)n);
 }
 

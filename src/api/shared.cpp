@@ -1,5 +1,6 @@
 // Helpers shared by the SQL surfaces in src/api.
 #include "api/shared.hpp"
+#include "worker/frontier.hpp"
 
 #include "api/hints.hpp"
 #include "pg/direct.hpp"
@@ -123,6 +124,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     w->now = now;
     w->from_head = true;
     w->start = ScanPos{0, 0};
+    w->start_expires = PG_INT64_MAX;
     ScanPos start = w->start;
     bool from_head = true;
     pg::pure([&] {
@@ -131,6 +133,16 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
             from_head = false;
         }
     });
+    // Between its own walks from the head, a backend starts at the shared
+    // frontier when that is further on (see worker/frontier.hpp).
+    ScanPos f;
+    TimestampTz f_expires;
+    if (!from_head &&
+        worker::frontier_get(pg::direct::items_relid(), queue_id, now, &f, &f_expires) &&
+        (f.ord > start.ord || (f.ord == start.ord && f.id > start.id))) {
+        start = f;
+        w->start_expires = f_expires;
+    }
     w->start = start;
     w->from_head = from_head;
     w->hint_have = w->hint_done = false;
@@ -141,6 +153,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     w->dead_cap = 16;
     w->ndead = 0;
     w->dead = (int64 *)palloc(sizeof(int64) * w->dead_cap);
+    w->advanced = false;
 }
 
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt) {
@@ -171,6 +184,65 @@ bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_unti
     return true;
 }
 
+namespace {
+// Queues whose hints moved past items claimed in the open transaction.
+constexpr int kMaxAdvanced = 16;
+int32 advanced_queues[kMaxAdvanced];
+int nadvanced;
+bool advanced_overflow;
+Oid advanced_items;  // claim.items when they were noted
+
+// Called from transaction callbacks: must not raise.
+void forget_advanced() noexcept {
+    try {
+        if (advanced_overflow) hints().forget_all();
+        for (int i = 0; i < nadvanced; ++i) hints().forget(advanced_queues[i]);
+    } catch (...) {
+    }
+    for (int i = 0; i < nadvanced; ++i)
+        worker::frontier_forget(advanced_items, advanced_queues[i]);
+    nadvanced = 0;
+    advanced_overflow = false;
+}
+
+void advanced_xact(XactEvent event, void *) {
+    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) {
+        forget_advanced();
+    } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+               event == XACT_EVENT_PREPARE) {
+        nadvanced = 0;
+        advanced_overflow = false;
+    }
+}
+
+void advanced_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) forget_advanced();
+}
+
+void note_advanced(int32 queue_id) {
+    static bool registered = false;
+    if (!registered) {
+        RegisterXactCallback(advanced_xact, nullptr);
+        RegisterSubXactCallback(advanced_subxact, nullptr);
+        registered = true;
+    }
+    advanced_items = pg::direct::items_relid();
+    for (int i = 0; i < nadvanced; ++i)
+        if (advanced_queues[i] == queue_id) return;
+    if (nadvanced == kMaxAdvanced)
+        advanced_overflow = true;
+    else
+        advanced_queues[nadvanced++] = queue_id;
+}
+}  // namespace
+
+void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
+    if (!w->hint_have || !(w->hint_pos == pos)) return;
+    w->hint_pos = ScanPos{pos.ord, pos.id + 1};  // (ord, id) >= this: strictly after
+    if (lease_until < w->claims_end) w->claims_end = lease_until;
+    w->advanced = true;
+}
+
 void walk_kill_dead(ReadyWalk *w) {
     kill_expired(w->dead, w->ndead, w->now, w->max_attempts);
     w->ndead = 0;
@@ -179,12 +251,19 @@ void walk_kill_dead(ReadyWalk *w) {
 void walk_end(ReadyWalk *w) {
     walk_kill_dead(w);
     if (!w->hint_done) w->walk_us = GetCurrentTimestamp() - w->t0;
+    // A position reached from the shared frontier holds only as long as
+    // the frontier did.
+    if (w->start_expires < w->claims_end) w->claims_end = w->start_expires;
+    if (w->advanced) note_advanced(w->queue_id);
     ReadyWalk c = *w;
     pg::pure([&] {
         hints().record(c.queue_id, c.from_head,
                        c.hint_have ? std::optional<ScanPos>(c.hint_pos) : std::nullopt, c.walk_us,
                        c.now, c.claims_end);
     });
+    if (c.hint_have)
+        worker::frontier_put(pg::direct::items_relid(), c.queue_id, c.hint_pos, c.now,
+                             c.claims_end);
 }
 
 Datum int8_array(const int64 *v, int n) {
@@ -218,6 +297,7 @@ void unknown_queue(const char *name) {
 
 void forget_hints(int32 queue_id) {
     pg::pure([&] { hints().forget(queue_id); });
+    worker::frontier_forget(pg::direct::items_relid(), queue_id);
 }
 
 void stale_token(int64 token, const char *why) {

@@ -56,6 +56,7 @@ struct ReadyWalk {
     TimestampTz now;
     bool from_head;  // no hint: the walk starts at the head
     ScanPos start;   // where it starts otherwise
+    int64 start_expires;  // until when `start` holds (shared frontier)
     bool hint_have, hint_done;
     ScanPos hint_pos;
     int64 claims_end;
@@ -63,12 +64,19 @@ struct ReadyWalk {
     TimestampTz t0;
     int64 *dead;
     int ndead, dead_cap;
+    bool advanced;  // the hint moved past an item this walk claimed
 };
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
 // One visible ready item at `pos` and its claim row (has_claim, lease_until,
 // attempt). True when it may be claimed: no live claim and attempts left.
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);
 void walk_kill_dead(ReadyWalk *w);
+// The walk claimed the item at `pos` (live until `lease_until` once this
+// transaction commits): when the hint stands at it, the next walk may start
+// right after it. Should the transaction (or a subtransaction) abort, the
+// hints and frontiers of the queue are forgotten, so the item is found
+// again at once.
+void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until);
 // Kills what is left and records the hint for the next walk.
 void walk_end(ReadyWalk *w);
 

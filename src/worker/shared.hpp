@@ -20,6 +20,7 @@ namespace pgclaim::worker {
 inline constexpr int kBuckets = 4096;      // wake stamps, hashed by (db, kind, key)
 inline constexpr int kMaxDbSlots = 256;    // hard cap of the database registry
 inline constexpr int kNotifyQueues = 32;   // queue ids remembered per database for NOTIFY
+inline constexpr int kFrontierSlots = 1024; // claim scan frontiers, hashed by queue
 
 // One per PGPROC (indexed by pgprocno).
 struct Waiter {
@@ -63,6 +64,20 @@ struct DbSlot {
     uint64 cycles, promoted, expired, killed, notifies;
 };
 
+// Where claim scans of one queue may start (see frontier.hpp). The key
+// includes claim.items' OID, so a re-created extension never reads the
+// frontier of its predecessor's queue with the same id.
+struct FrontierSlot {
+    slock_t mutex;
+    bool valid;
+    Oid db;
+    Oid items;
+    int32 queue_id;
+    int32 ord;
+    int64 id;
+    int64 expires;  // TimestampTz
+};
+
 struct Shared {
     LWLock *lock;
     int launcher_pid;
@@ -76,6 +91,7 @@ struct Shared {
     // have lost since this shared memory was set up (see tokens_fenced()).
     int nfenced;
     Oid fenced[kMaxDbSlots];
+    FrontierSlot frontiers[kFrontierSlots];
     int nwaiter_slots;
     Waiter waiters[FLEXIBLE_ARRAY_MEMBER];
 };

@@ -100,6 +100,7 @@ void shmem_startup() {
             SpinLockInit(&shared->dbs[i].mutex);
             pg_atomic_init_u32(&shared->dbs[i].notify_pending, 0);
         }
+        for (int i = 0; i < kFrontierSlots; ++i) SpinLockInit(&shared->frontiers[i].mutex);
         shared->nwaiter_slots = waiter_slots();
     }
     LWLockRelease(AddinShmemInitLock);
