@@ -218,6 +218,68 @@ DROP DOMAIN pos_int;
 DROP DOMAIN tags;
 DELETE FROM claim.items WHERE payload->>'table' = 'kinds';
 
+-- statement level with batch: the statement's rows packed per group key,
+-- up to N rows per item, each group's rows in statement order
+CREATE TABLE packed (id int, grp text, v int);
+CREATE TRIGGER packed_ins AFTER INSERT ON packed REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch=2');
+CREATE TRIGGER packed_upd AFTER UPDATE ON packed REFERENCING OLD TABLE AS o NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch', 'priority=4');
+CREATE TRIGGER packed_del AFTER DELETE ON packed REFERENCING OLD TABLE AS o
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', '', 'batch=3');
+INSERT INTO packed VALUES (1, 'a', 1), (2, 'b', 2), (3, 'a', 3), (4, NULL, 4), (5, 'a', 5),
+                          (6, NULL, 6), (7, 'a', 7), (8, 'c', 8), (9, NULL, 9);
+UPDATE packed SET v = v * 10 WHERE id <= 3;
+DELETE FROM packed WHERE id >= 5;
+UPDATE packed SET v = 0 WHERE false;
+SELECT n, group_key, priority, payload->>'op' AS op,
+       (SELECT string_agg(coalesce(r->'new'->>'id', '-') || ':' || coalesce(r->'old'->>'v', '-'), ' '
+                          ORDER BY o)
+        FROM jsonb_array_elements(payload->'rows') WITH ORDINALITY AS e(r, o)) AS rows,
+       payload - 'rows' AS rest
+FROM pg_temp.items('changes');
+-- a group's items come in statement order: group_claim hands them over together
+SELECT string_agg(r->'new'->>'id', ',' ORDER BY i.id, o) AS group_a
+FROM claim.group_claim('changes', group_key => 'a') i,
+     jsonb_array_elements(i.payload->'rows') WITH ORDINALITY AS e(r, o)
+WHERE i.payload->>'op' = 'INSERT';
+SELECT pg_temp.clear('changes');
+BEGIN;
+INSERT INTO packed SELECT g, 'g' || (g % 7), g FROM generate_series(1, 5000) g;
+SELECT count(*) AS items, sum(jsonb_array_length(payload->'rows')) AS rows,
+       count(DISTINCT group_key) AS groups FROM pg_temp.items('changes');
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM pg_temp.items('changes');
+-- batch items are written in jsonb's binary form: they read back exactly,
+-- also with more than 32 rows (offsets every 32 entries) and odd sizes
+CREATE TABLE packed2 (id int, grp text, doc jsonb, s text);
+CREATE TRIGGER packed2_ins AFTER INSERT ON packed2 REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch=100');
+INSERT INTO packed2 SELECT g, 'x', jsonb_build_object('k', g, 'a', jsonb_build_array(g, 'v', NULL)),
+                           repeat('s', g % 7) FROM generate_series(1, 70) g;
+SELECT count(*) AS items, max(jsonb_array_length(payload->'rows')) AS rows,
+       bool_and(payload = (payload::text)::jsonb) AS reads_back,
+       bool_and(payload = jsonb_build_object('op', 'INSERT', 'schema', 'public', 'table', 'packed2',
+                'rows', (SELECT jsonb_agg(jsonb_build_object('new', to_jsonb(p)) ORDER BY p.id)
+                         FROM packed2 p))) AS as_built_by_sql
+FROM pg_temp.items('changes');
+DROP TABLE packed2;
+SELECT pg_temp.clear('changes');
+-- batch at row level, with coalesce, or with a bad size
+CREATE TRIGGER bad AFTER INSERT ON packed FOR EACH ROW
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch');
+SELECT pg_temp.try($$INSERT INTO packed VALUES (1, 'a', 1)$$);
+DROP TRIGGER bad ON packed;
+CREATE TRIGGER bad AFTER INSERT ON packed REFERENCING NEW TABLE AS n FOR EACH STATEMENT
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch', 'coalesce');
+SELECT pg_temp.try($$INSERT INTO packed VALUES (1, 'a', 1)$$);
+DROP TRIGGER bad ON packed;
+CREATE TRIGGER bad AFTER INSERT ON packed REFERENCING NEW TABLE AS n FOR EACH STATEMENT
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch=0');
+SELECT pg_temp.try($$INSERT INTO packed VALUES (1, 'a', 1)$$);
+DROP TABLE packed;
+SELECT pg_temp.clear('changes');
+
 -- statement level with coalesce: one item per group for the statement,
 -- merged into the newest unclaimed item of the group
 CREATE TABLE bulk3 (id int, grp text, v int);

@@ -30,9 +30,11 @@
 
 extern "C" {
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "nodes/makefuncs.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
@@ -73,6 +75,7 @@ struct Change {
     const char *queue;  // name
     int32 priority;
     bool coalesce;
+    int32 batch;        // rows per item ('batch'), 0 for one item per row
     const char *op;
     const char *schema;
     const char *table;
@@ -229,7 +232,9 @@ void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int g
 }
 
 // A transition table read from its start, through a read pointer of our own
-// (other triggers of the statement may read the same table).
+// (other triggers of the statement may read the same table). The pointer
+// stays selected while we read: switching read pointers of a tuplestore
+// that spilled to disk costs a seek and a block read each time.
 struct Transition {
     Tuplestorestate *store;
     int ptr;
@@ -243,20 +248,17 @@ void transition_begin(Transition *tr, Tuplestorestate *store, TupleDesc desc) {
     tr->ptr = tuplestore_alloc_read_pointer(store, EXEC_FLAG_REWIND);
     tuplestore_select_read_pointer(store, tr->ptr);
     tuplestore_rescan(store);
-    tuplestore_select_read_pointer(store, 0);
     tr->slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
 }
 
 // The next row, or nullptr at the end.
 TupleTableSlot *transition_next(Transition *tr) {
     if (tr->store == nullptr) return nullptr;
-    tuplestore_select_read_pointer(tr->store, tr->ptr);
-    bool found = tuplestore_gettupleslot(tr->store, true, false, tr->slot);
-    tuplestore_select_read_pointer(tr->store, 0);
-    return found ? tr->slot : nullptr;
+    return tuplestore_gettupleslot(tr->store, true, false, tr->slot) ? tr->slot : nullptr;
 }
 
 void transition_end(Transition *tr) {
+    if (tr->store != nullptr) tuplestore_select_read_pointer(tr->store, 0);
     if (tr->slot != nullptr) ExecDropSingleTupleTableSlot(tr->slot);
 }
 
@@ -290,6 +292,157 @@ void statement_items(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
     if (n > 0) worker::notify_ready(worker::WaitKind::Queue, qid);
 }
 
+// ---- 'batch': the statement's changed rows packed into items per group
+
+// One group's changed rows waiting to be packed into an item.
+struct PendingRows {
+    uint64 hash;  // key in Packer::groups
+    text *key;    // the group key; nullptr for rows without one
+    int n, cap;
+    Datum *rows;  // {"new", "old"} per changed row, in statement order
+};
+
+struct Packer {
+    const Change *ch;
+    direct::ItemBatch *b;
+    HTAB *groups;            // by 64-bit hash of the key
+    PendingRows nokey;       // rows without a group key
+    PendingRows **order;     // groups in order of first appearance
+    int norder, order_cap;
+    MemoryContext keep;      // table, keys, row arrays: until the end
+    MemoryContext rows;      // row values: reset after each full flush
+    Size pending_bytes;
+};
+
+// Buffered row values beyond this are written out early (each group's
+// items stay in order; some are just smaller).
+constexpr Size kMaxPendingBytes = 64 * 1024 * 1024;
+
+// {"op", "schema", "table", "rows": [{"new", "old"}, ...]}
+void pack_flush(Packer *p, PendingRows *g) {
+    if (g->n == 0) return;
+    MemoryContext prev = MemoryContextSwitchTo(direct::batch_memory(p->b));
+    Datum payload = pg::rowjson_batch_payload(p->ch->op, p->ch->schema, p->ch->table, g->rows, g->n);
+    MemoryContextSwitchTo(prev);
+    direct::batch_add(p->b, g->key ? PointerGetDatum(g->key) : (Datum)0, g->key == nullptr,
+                      payload);
+    g->n = 0;
+}
+
+void pack_flush_all(Packer *p) {
+    for (int i = 0; i < p->norder; ++i) pack_flush(p, p->order[i]);
+    pack_flush(p, &p->nokey);
+    MemoryContextReset(p->rows);
+    p->pending_bytes = 0;
+}
+
+// Add one changed row (a jsonb object, any memory) to its group.
+void pack_row(Packer *p, Datum group, Datum row) {
+    PendingRows *g = &p->nokey;
+    if (group != (Datum)0) {
+        text *t = DatumGetTextPP(group);
+        const char *k = VARDATA_ANY(t);
+        int len = (int)VARSIZE_ANY_EXHDR(t);
+        uint64 h = hash_bytes_extended((const unsigned char *)k, len, 0);
+        bool found;
+        g = (PendingRows *)hash_search(p->groups, &h, HASH_ENTER, &found);
+        bool same = found && (int)VARSIZE_ANY_EXHDR(g->key) == len &&
+                    memcmp(VARDATA_ANY(g->key), k, len) == 0;
+        if (!same) {
+            if (found) {
+                pack_flush(p, g);  // another key with the same hash: its rows go first
+            } else {
+                g->n = g->cap = 0;
+                g->rows = nullptr;
+                if (p->norder == p->order_cap) {
+                    p->order_cap = p->order_cap ? p->order_cap * 2 : 64;
+                    p->order = (PendingRows **)(p->order
+                                                    ? repalloc(p->order, sizeof(PendingRows *) *
+                                                                             p->order_cap)
+                                                    : MemoryContextAlloc(p->keep,
+                                                                         sizeof(PendingRows *) *
+                                                                             p->order_cap));
+                }
+                p->order[p->norder++] = g;
+            }
+            g->key = (text *)MemoryContextAlloc(p->keep, VARHDRSZ + len);
+            SET_VARSIZE(g->key, VARHDRSZ + len);
+            memcpy(VARDATA(g->key), k, len);
+        }
+    }
+    if (g->n == g->cap) {
+        g->cap = g->cap ? g->cap * 2 : 8;
+        if (g->cap > p->ch->batch) g->cap = p->ch->batch;
+        g->rows = (Datum *)(g->rows ? repalloc(g->rows, sizeof(Datum) * g->cap)
+                                    : MemoryContextAlloc(p->keep, sizeof(Datum) * g->cap));
+    }
+    Size size = VARSIZE_ANY(DatumGetPointer(row));
+    void *copy = MemoryContextAlloc(p->rows, size);
+    memcpy(copy, DatumGetPointer(row), size);
+    g->rows[g->n++] = PointerGetDatum(copy);
+    p->pending_bytes += size;
+    if (g->n == p->ch->batch) pack_flush(p, g);
+    if (p->pending_bytes > kMaxPendingBytes) pack_flush_all(p);
+}
+
+// 'batch': the changed rows of the statement in items of up to ch.batch
+// rows per group key, each group's rows in statement order.
+void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
+                       int group_att) {
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    pg::RowJson *rj = row_converter(fcinfo, desc);
+    Transition nt, ot;
+    transition_begin(&nt, td->tg_trigger->tgnewtable ? td->tg_newtable : nullptr, desc);
+    transition_begin(&ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
+    direct::Tables *t = direct::open(direct::Mode::Enqueue);
+    int32 qid = change_queue(t, ch);
+
+    Packer p;
+    memset(&p, 0, sizeof p);
+    p.ch = &ch;
+    p.b = direct::batch_begin(t, qid, ch.priority);
+    p.keep = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger groups",
+                                   ALLOCSET_DEFAULT_SIZES);
+    p.rows = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger rows",
+                                   ALLOCSET_DEFAULT_SIZES);
+    MemoryContext tmp = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger row",
+                                              ALLOCSET_DEFAULT_SIZES);
+    HASHCTL hc;
+    memset(&hc, 0, sizeof hc);
+    hc.keysize = sizeof(uint64);
+    hc.entrysize = sizeof(PendingRows);
+    hc.hcxt = p.keep;
+    p.groups = hash_create("pg_claim trigger groups", 256, &hc,
+                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    for (;;) {
+        TupleTableSlot *nw = transition_next(&nt);
+        TupleTableSlot *old = transition_next(&ot);
+        if (nw == nullptr && old == nullptr) break;
+        MemoryContextReset(tmp);
+        MemoryContext prev = MemoryContextSwitchTo(tmp);
+        JsonbParseState *st = nullptr;
+        pushJsonbValue(&st, WJB_BEGIN_OBJECT, nullptr);
+        push_side(&st, "new", rj, Side{nw, 0});
+        push_side(&st, "old", rj, Side{old, 0});
+        Datum row =
+            JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, nullptr)));
+        Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
+        MemoryContextSwitchTo(prev);
+        pack_row(&p, group, row);
+        CHECK_FOR_INTERRUPTS();
+    }
+    pack_flush_all(&p);
+    int64 n = direct::batch_end(p.b);
+    direct::close(t);
+    transition_end(&nt);
+    transition_end(&ot);
+    MemoryContextDelete(tmp);
+    MemoryContextDelete(p.rows);
+    MemoryContextDelete(p.keep);
+    CommandCounterIncrement();
+    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, qid, n);
+}
+
 void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att,
                      const char *group_col) {
     const char *trig = td->tg_trigger->tgname;
@@ -311,6 +464,10 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
                           : "a statement-level UPDATE trigger needs REFERENCING NEW TABLE "
                             "and/or OLD TABLE",
                 kStatementHint);
+    if (ch.batch != 0) {
+        statement_batches(fcinfo, td, ch, group_att);
+        return;
+    }
     if (!ch.coalesce) {
         statement_items(fcinfo, td, ch, group_att);
         return;
@@ -414,12 +571,18 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
     ch.queue = opts.queue;
     ch.priority = opts.priority;
     ch.coalesce = opts.coalesce;
+    ch.batch = opts.batch;
     ch.schema = get_namespace_name(RelationGetNamespace(rel));
     ch.table = table;
     ch.op = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? "INSERT"
             : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? "UPDATE"
             : TRIGGER_FIRED_BY_DELETE(td->tg_event) ? "DELETE"
                                                     : "TRUNCATE";
+
+    if (ch.batch != 0 && TRIGGER_FIRED_FOR_ROW(td->tg_event))
+        bad_use(tg->tgname, table, "option batch needs a statement-level trigger",
+                "Create the trigger FOR EACH STATEMENT with transition tables (REFERENCING NEW "
+                "TABLE AS ...), or drop the option.");
 
     pg::direct::lock_items(false);
     if (TRIGGER_FIRED_FOR_ROW(td->tg_event))

@@ -16,7 +16,7 @@ namespace {
 
 const char *kUsage =
     "Use EXECUTE FUNCTION claim.enqueue_trigger('queue' [, 'group_column' [, 'coalesce' | "
-    "'priority=N' ...]]); pass '' as group_column for none.";
+    "'priority=N' | 'batch=N' ...]]); pass '' as group_column for none.";
 
 std::string lower(std::string s) {
     for (auto &c : s)
@@ -39,6 +39,20 @@ int32_t parse_priority(const char *trigger, const std::string &value) {
         throw Error(sqlstate::kInvalidValue,
                     prefix(trigger) + "option priority must be an integer, not \"" + value + "\"",
                     "Write it as 'priority=10'.");
+    return static_cast<int32_t>(v);
+}
+
+int32_t parse_batch(const char *trigger, bool has_value, const std::string &value) {
+    if (!has_value) return kDefaultTriggerBatch;
+    errno = 0;
+    char *end = nullptr;
+    long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || errno != 0 || end == value.c_str() || *end != '\0' || v < 1 ||
+        v > kMaxTriggerBatch)
+        throw Error(sqlstate::kInvalidValue,
+                    prefix(trigger) + "option batch must be an integer between 1 and " +
+                        std::to_string(kMaxTriggerBatch) + ", not \"" + value + "\"",
+                    "Write it as 'batch' (1000 rows per item) or 'batch=100'.");
     return static_cast<int32_t>(v);
 }
 
@@ -89,10 +103,15 @@ TriggerOptions parse_trigger_args(const char *trigger, int nargs, const char *co
                             prefix(trigger) + "option priority is given twice", kUsage);
             o.priority = parse_priority(trigger, value);
             seen_priority = true;
+        } else if (name == "batch") {
+            if (o.batch != 0)
+                throw Error(sqlstate::kInvalidValue,
+                            prefix(trigger) + "option batch is given twice", kUsage);
+            o.batch = parse_batch(trigger, has_value, value);
         } else {
             throw Error(sqlstate::kInvalidValue,
                         prefix(trigger) + "unknown option \"" + raw + "\"",
-                        "Options are 'coalesce' and 'priority=N'.");
+                        "Options are 'coalesce', 'priority=N' and 'batch[=N]'.");
         }
     }
     if (o.coalesce && o.group_column[0] == '\0')
@@ -100,6 +119,11 @@ TriggerOptions parse_trigger_args(const char *trigger, int nargs, const char *co
                     prefix(trigger) + "option coalesce needs a group column",
                     "Name the column that identifies the entity as the second argument: changes "
                     "are coalesced per group.");
+    if (o.coalesce && o.batch != 0)
+        throw Error(sqlstate::kInvalidValue,
+                    prefix(trigger) + "options coalesce and batch exclude each other",
+                    "coalesce merges changes into pending items one by one; batch packs the "
+                    "changed rows of one statement into items. Choose one.");
     return o;
 }
 

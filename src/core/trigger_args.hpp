@@ -10,6 +10,10 @@
 //                                 operation and is unclaimed and ready (needs a
 //                                 group column)
 //                 'priority=N'    priority of the enqueued items (default 0)
+//                 'batch[=N]'     statement level only: one item per group key
+//                                 carrying up to N of the statement's changed
+//                                 rows, in statement order (default N 1000,
+//                                 at most 10000); not with coalesce
 // Option names are case-insensitive; each may appear once.
 #pragma once
 
@@ -18,6 +22,8 @@
 namespace pgclaim {
 
 inline constexpr int kMaxColumnNameBytes = 63;
+inline constexpr int32_t kDefaultTriggerBatch = 1000;
+inline constexpr int32_t kMaxTriggerBatch = 10000;
 
 // Plain data: the server layer keeps it in frames that call the server.
 struct TriggerOptions {
@@ -25,6 +31,7 @@ struct TriggerOptions {
     char group_column[64];  // "" when there is no group column
     bool coalesce;
     int32_t priority;
+    int32_t batch;  // rows per item with 'batch'; 0 without it
 };
 
 // Throws pgclaim::Error (22023, or 42602 for a bad queue name, 42622 for a

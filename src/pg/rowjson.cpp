@@ -3,6 +3,7 @@
 
 extern "C" {
 #include "access/tupdesc.h"
+#include "lib/stringinfo.h"
 #include "nodes/makefuncs.h"
 #include "utils/date.h"
 #include "utils/fmgroids.h"
@@ -249,6 +250,85 @@ Datum rowjson_text(RowJson *rj, TupleTableSlot *slot, AttrNumber attnum) {
     if (c.base == TEXTOID) return PointerGetDatum(PG_DETOAST_DATUM_PACKED(d));
     prepare_output(rj, c);
     return CStringGetTextDatum(OutputFunctionCall(&c.out, d));
+}
+
+namespace {
+
+void put_u32(StringInfo buf, int at, uint32 v) { memcpy(buf->data + at, &v, sizeof v); }
+
+int reserve(StringInfo buf, int bytes) {
+    int at = buf->len;
+    enlargeStringInfo(buf, bytes);
+    memset(buf->data + at, 0, bytes);
+    buf->len += bytes;
+    return at;
+}
+
+// Children of a container start at int-aligned offsets (the padding counts
+// as part of the child), as convertJsonbValue writes them.
+void pad_to_int(StringInfo buf) {
+    int pad = INTALIGN(buf->len) - buf->len;
+    if (pad > 0) reserve(buf, pad);
+}
+
+// The JEntry of child i: every JB_OFFSET_STRIDE'th stores the end offset
+// of the child's data instead of its length.
+uint32 jentry(uint32 type, int i, uint32 len, uint32 total) {
+    if (total > JENTRY_OFFLENMASK)
+        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                        errmsg("total size of jsonb array elements exceeds the maximum of %u "
+                               "bytes",
+                               JENTRY_OFFLENMASK)));
+    return (i % JB_OFFSET_STRIDE) == 0 ? type | total | JENTRY_HAS_OFF : type | len;
+}
+
+}  // namespace
+
+Datum rowjson_batch_payload(const char *op, const char *schema, const char *table,
+                            const Datum *rows, int n) {
+    StringInfoData buf;
+    initStringInfo(&buf);
+    reserve(&buf, VARHDRSZ);
+    // Root object. Keys are stored sorted by length, then bytes.
+    const char *keys[4] = {"op", "rows", "table", "schema"};
+    const char *strs[4] = {op, nullptr, table, schema};
+    put_u32(&buf, reserve(&buf, sizeof(uint32)), 4 | JB_FOBJECT);
+    int ent = reserve(&buf, 8 * sizeof(JEntry));
+    uint32 total = 0;
+    for (int i = 0; i < 4; ++i) {
+        uint32 len = (uint32)strlen(keys[i]);
+        appendBinaryStringInfo(&buf, keys[i], (int)len);
+        total += len;
+        put_u32(&buf, ent + 4 * i, jentry(JENTRY_ISSTRING, i, len, total));
+    }
+    for (int i = 0; i < 4; ++i) {
+        int start = buf.len;
+        uint32 type = JENTRY_ISSTRING;
+        if (strs[i] != nullptr) {
+            appendBinaryStringInfo(&buf, strs[i], (int)strlen(strs[i]));
+        } else {
+            // "rows": an array of the row objects, copied as they are.
+            type = JENTRY_ISCONTAINER;
+            pad_to_int(&buf);
+            put_u32(&buf, reserve(&buf, sizeof(uint32)), (uint32)n | JB_FARRAY);
+            int aent = reserve(&buf, n * (int)sizeof(JEntry));
+            uint32 atotal = 0;
+            for (int k = 0; k < n; ++k) {
+                int s = buf.len;
+                pad_to_int(&buf);
+                Jsonb *jb = DatumGetJsonbP(rows[k]);
+                appendBinaryStringInfo(&buf, (const char *)&jb->root, (int)(VARSIZE(jb) - VARHDRSZ));
+                uint32 len = (uint32)(buf.len - s);
+                atotal += len;
+                put_u32(&buf, aent + 4 * k, jentry(JENTRY_ISCONTAINER, k, len, atotal));
+            }
+        }
+        uint32 len = (uint32)(buf.len - start);
+        total += len;
+        put_u32(&buf, ent + 4 * (4 + i), jentry(type, 4 + i, len, total));
+    }
+    SET_VARSIZE(buf.data, buf.len);
+    return PointerGetDatum(buf.data);
 }
 
 }  // namespace pgclaim::pg

@@ -39,4 +39,12 @@ JsonbValue *rowjson_push(RowJson *rj, JsonbParseState **st, TupleTableSlot *slot
 // (Datum)0 when NULL. For the group key of trigger items.
 Datum rowjson_text(RowJson *rj, TupleTableSlot *slot, AttrNumber attnum);
 
+// The payload of a 'batch' trigger item,
+//   {"op": op, "schema": schema, "table": table, "rows": [row, ...]},
+// where each row is a jsonb object ({"new", "old"}). Written directly in
+// jsonb's binary form: the rows are copied as they are instead of being
+// taken apart and built again by pushJsonbValue.
+Datum rowjson_batch_payload(const char *op, const char *schema, const char *table,
+                            const Datum *rows, int n);
+
 }  // namespace pgclaim::pg

@@ -111,3 +111,18 @@ TEST(TriggerArgs, CoalesceNeedsGroup) {
     EXPECT_EQ(code_of({"q", "", "coalesce"}), "22023");
     EXPECT_NE(message_of({"q", "", "coalesce"}).find("needs a group column"), std::string::npos);
 }
+
+TEST(TriggerArgs, Batch) {
+    EXPECT_EQ(parse({"q", "id"}).batch, 0);
+    EXPECT_EQ(parse({"q", "id", "batch"}).batch, 1000);
+    EXPECT_EQ(parse({"q", "", "BATCH=1"}).batch, 1);
+    EXPECT_EQ(parse({"q", "id", "batch=10000", "priority=2"}).batch, 10000);
+    EXPECT_EQ(parse({"q", "id", "batch=10000", "priority=2"}).priority, 2);
+    for (const char *bad : {"batch=0", "batch=10001", "batch=", "batch=x", "batch=-1",
+                            "batch=1.5", "batch=99999999999999999999"})
+        EXPECT_EQ(code_of({"q", "id", bad}), "22023") << bad;
+    EXPECT_EQ(code_of({"q", "id", "batch", "batch=5"}), "22023");
+    EXPECT_EQ(code_of({"q", "id", "batch", "coalesce"}), "22023");
+    EXPECT_NE(message_of({"q", "id", "coalesce", "batch"}).find("exclude each other"),
+              std::string::npos);
+}
