@@ -7,11 +7,16 @@
 //
 //  * FOR EACH ROW (INSERT, UPDATE, DELETE): one item per row.
 //  * FOR EACH STATEMENT with transition tables (REFERENCING NEW TABLE AS ...
-//    and/or OLD TABLE AS ...): one set-based INSERT ... SELECT over them.
+//    and/or OLD TABLE AS ...): the transition tables are read directly, one
+//    item per row in statement order, written in multi-insert batches.
+//    With 'batch': one item per group key carrying up to N rows
+//    ({"op", "schema", "table", "rows": [{"new", "old"}, ...]}).
 //    FOR EACH STATEMENT on TRUNCATE: one item {"op": "TRUNCATE", ...}.
 //
-// Payload: {"op", "schema", "table", "new", "old"}, rows as to_jsonb(row);
-// the side that does not exist is left out.
+// Payload: {"op", "schema", "table", "new", "old"}, rows as to_jsonb(row)
+// writes them (pg/rowjson.hpp); the side that does not exist is left out.
+// Coalescing at statement level still runs as SQL over the transition
+// tables.
 //
 // coalesce: the marker of an item's source is its payload's op, schema and
 // table. When the newest pending item of the group has the same source, is
