@@ -180,6 +180,23 @@ SELECT pg_sleep(0.1);
 SELECT count(*) AS none FROM claim.claim_next('e1');
 SELECT attempts, last_error FROM claim.dead_items WHERE queue = 'e1';
 
+-- a producer's backend caches queue ids: a queue created and used in a
+-- transaction (or savepoint) that rolls back is not used afterwards
+BEGIN;
+SELECT claim.create_queue('rolled_back');
+SELECT claim.enqueue('rolled_back', '{}') > 0 AS enqueued;
+ROLLBACK;
+SELECT pg_temp.try($$SELECT claim.enqueue('rolled_back', '{}')$$);
+BEGIN;
+SAVEPOINT s;
+SELECT claim.create_queue('rolled_back');
+SELECT claim.enqueue('rolled_back', '{}') > 0 AS enqueued;
+ROLLBACK TO SAVEPOINT s;
+SELECT pg_temp.try($$SELECT claim.enqueue('rolled_back', '{}')$$);
+COMMIT;
+SELECT count(*) AS orphans FROM claim.items i
+WHERE NOT EXISTS (SELECT 1 FROM claim.queues q WHERE q.queue_id = i.queue_id);
+
 -- drop_queue
 SELECT claim.drop_queue('b');
 SELECT pg_temp.try($$SELECT claim.drop_queue('b')$$);

@@ -52,8 +52,6 @@ Stmt s_redrive = {
     "SELECT count(*)::int4, min(queue_id) FROM r",
     2, {TEXTOID, INT8ARRAYOID}, nullptr};
 
-[[noreturn]] void unknown_queue_error(const char *name) { api::unknown_queue(name); }
-
 // 42704 unless the queue exists.
 void require_queue_exists(const char *name) { (void)api::lookup_queue(name); }
 
@@ -121,6 +119,9 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::require_primary("claim.drop_queue");
     char *name = pg::arg_cstring(fcinfo, 0);
     pg::direct::lock_items(true);
+    // Producers' cached queue ids are void from now on (they check after
+    // taking the lock this one excludes).
+    worker::queue_dropped();
     SPI_connect();
     Datum v[1] = {PG_GETARG_DATUM(0)};
     if (pg::run(s_drop, v, nullptr) == 0) api::unknown_queue(name);
@@ -146,14 +147,12 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     Datum run_at = effective_run_at(fcinfo, 3, &run_at_null);
 
     if (PG_ARGISNULL(5)) {
-        // The common case has no SQL inside: one index probe for the queue,
-        // one heap insert with its index entries.
+        // The common case has no SQL inside: the queue id from the
+        // backend's cache (or one index probe), one heap insert with its
+        // index entries.
         namespace direct = pgclaim::pg::direct;
         direct::Tables *t = direct::open(direct::Mode::Enqueue);
-        Snapshot snap = direct::latest();
-        int32 qid = direct::queue_id(t, PG_GETARG_DATUM(0), snap);
-        direct::release(snap);
-        if (qid < 0) unknown_queue_error(name);
+        int32 qid = api::producer_queue(t, PG_GETARG_DATUM(0), name);
         int64 id = direct::item_insert(t, qid, PG_GETARG_INT32(4), run_at, run_at_null == 'n',
                                        PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2),
                                        PG_ARGISNULL(2), PG_GETARG_DATUM(1));

@@ -37,6 +37,11 @@ QueueCache &queue_cache() {
     static QueueCache c;
     return c;
 }
+ProducerQueues &producer_queues() {
+    static ProducerQueues c;
+    return c;
+}
+void register_xact_callbacks();
 }  // namespace
 
 QueueInfo lookup_queue_cached(const char *name) {
@@ -64,13 +69,40 @@ void sync_caches() {
     seen = rel;
     pg::pure([&] {
         queue_cache().clear();
+        producer_queues().clear();
         hints().forget_all();
         promote_schedule().forget_all();
     });
 }
 
+int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
+    sync_caches();
+    uint64 epoch = worker::queue_drops();
+    int32 qid = -1;
+    bool hit = false;
+    pg::pure([&] {
+        if (auto id = producer_queues().get(cname, epoch)) {
+            qid = *id;
+            hit = true;
+        }
+    });
+    if (hit) return qid;
+    auto *t = (pg::direct::Tables *)direct_tables;
+    Snapshot snap = pg::direct::latest();
+    qid = pg::direct::queue_id(t, name, snap);
+    pg::direct::release(snap);
+    if (qid < 0) unknown_queue(cname);
+    // A queue created by this transaction is forgotten if it rolls back.
+    register_xact_callbacks();
+    pg::pure([&] { producer_queues().put(cname, qid, epoch); });
+    return qid;
+}
+
 void forget_queues() {
-    pg::pure([&] { queue_cache().clear(); });
+    pg::pure([&] {
+        queue_cache().clear();
+        producer_queues().clear();
+    });
 }
 
 namespace {
@@ -195,6 +227,7 @@ Oid advanced_items;  // claim.items when they were noted
 // Called from transaction callbacks: must not raise.
 void forget_advanced() noexcept {
     try {
+        producer_queues().clear();
         if (advanced_overflow) hints().forget_all();
         for (int i = 0; i < nadvanced; ++i) hints().forget(advanced_queues[i]);
     } catch (...) {
@@ -219,13 +252,17 @@ void advanced_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, vo
     if (event == SUBXACT_EVENT_ABORT_SUB) forget_advanced();
 }
 
-void note_advanced(int32 queue_id) {
+void register_xact_callbacks() {
     static bool registered = false;
     if (!registered) {
         RegisterXactCallback(advanced_xact, nullptr);
         RegisterSubXactCallback(advanced_subxact, nullptr);
         registered = true;
     }
+}
+
+void note_advanced(int32 queue_id) {
+    register_xact_callbacks();
     advanced_items = pg::direct::items_relid();
     for (int i = 0; i < nadvanced; ++i)
         if (advanced_queues[i] == queue_id) return;

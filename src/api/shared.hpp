@@ -28,6 +28,14 @@ void forget_queues();
 void sync_caches();
 [[noreturn]] void unknown_queue(const char *name);
 
+// The id of the queue a producer adds items to (enqueue, trigger enqueue),
+// 42704 when it does not exist. Call it after claim.items was locked for
+// writing (pg::direct::open in Enqueue mode). Cached per backend for as long
+// as no queue was dropped anywhere (worker::queue_drops); looked up by an
+// index probe otherwise, and always without the preload. `name` is the text
+// datum, `cname` the same as a C string.
+int32 producer_queue(void *direct_tables, Datum name, const char *cname);
+
 // Scan hints of this backend (see core/scan_hint.hpp).
 void forget_hints(int32 queue_id);
 

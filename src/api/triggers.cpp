@@ -155,14 +155,10 @@ Datum build_payload(const Change &ch, pg::RowJson *rj, Side nw, Side old) {
     return JsonbPGetDatum(JsonbValueToJsonb(res));
 }
 
-// The queue of the change, looked up by an index probe; raises when it
-// does not exist.
+// The queue of the change (cached, see api::producer_queue); raises when
+// it does not exist.
 int32 change_queue(direct::Tables *t, const Change &ch) {
-    Snapshot snap = direct::latest();
-    int32 qid = direct::queue_id(t, CStringGetTextDatum(ch.queue), snap);
-    direct::release(snap);
-    if (qid < 0) api::unknown_queue(ch.queue);
-    return qid;
+    return api::producer_queue(t, CStringGetTextDatum(ch.queue), ch.queue);
 }
 
 // One new item, without SQL (see pg/direct.hpp). group: text or (Datum)0.

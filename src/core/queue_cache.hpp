@@ -46,4 +46,34 @@ private:
     std::unordered_map<std::string, Entry> map_;
 };
 
+// A backend's cache of queue ids for producers (enqueue, trigger enqueue).
+// An entry is right as long as no queue was dropped since it was made:
+// `epoch` is the cluster-wide count of drops (see worker::queue_drops), read
+// after the producer locked claim.items against drop_queue. Epoch 0 means
+// there is no such count (not preloaded): nothing is cached.
+class ProducerQueues {
+public:
+    static constexpr size_t kMaxEntries = 1024;
+
+    std::optional<int32_t> get(std::string_view name, uint64_t epoch) const {
+        if (epoch == 0) return std::nullopt;
+        auto it = map_.find(std::string(name));
+        if (it == map_.end() || it->second.epoch != epoch) return std::nullopt;
+        return it->second.queue_id;
+    }
+    void put(std::string_view name, int32_t queue_id, uint64_t epoch) {
+        if (epoch == 0) return;
+        if (map_.size() >= kMaxEntries) map_.clear();
+        map_[std::string(name)] = Entry{queue_id, epoch};
+    }
+    void clear() { map_.clear(); }
+
+private:
+    struct Entry {
+        int32_t queue_id;
+        uint64_t epoch;
+    };
+    std::unordered_map<std::string, Entry> map_;
+};
+
 }  // namespace pgclaim

@@ -83,6 +83,7 @@ struct Shared {
     int launcher_pid;
     Latch *launcher_latch;
     pg_atomic_uint32 rescan;       // ask the launcher to re-read pg_database
+    pg_atomic_uint64 queue_drops;  // moved by every drop_queue (producers' queue caches)
     pg_atomic_uint32 nwaiters;
     uint64 next_seq;
     pg_atomic_uint64 stamps[kBuckets];  // last wake time per bucket

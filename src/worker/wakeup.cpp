@@ -202,6 +202,12 @@ void fallback_wait(long timeout_ms) {
 
 bool preloaded() { return shared != nullptr; }
 
+uint64 queue_drops() { return shared == nullptr ? 0 : pg_atomic_read_u64(&shared->queue_drops); }
+
+void queue_dropped() {
+    if (shared != nullptr) (void)pg_atomic_fetch_add_u64(&shared->queue_drops, 1);
+}
+
 bool tokens_fenced() {
     static bool fenced_here = false;  // this process saw it already
     if (fenced_here) return true;

@@ -51,4 +51,11 @@ bool preloaded();
 bool tokens_fenced();
 void mark_tokens_fenced();
 
+// Producers cache queue ids (api::producer_queue) for as long as no queue
+// was dropped: drop_queue calls queue_dropped() before it deletes anything,
+// holding the lock that excludes producers. queue_drops() is 0 without the
+// preload (nothing may be cached then). Neither raises.
+uint64 queue_drops();
+void queue_dropped();
+
 }  // namespace pgclaim::worker

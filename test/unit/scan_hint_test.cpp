@@ -99,3 +99,18 @@ TEST(QueueCache, EntriesExpireAndClear) {
     c.clear();
     EXPECT_FALSE(c.get("jobs", 2'000).has_value());
 }
+
+TEST(ProducerQueues, ValidWhileNoQueueWasDropped) {
+    ProducerQueues c;
+    c.put("jobs", 7, 0);  // no drop counter (not preloaded): nothing cached
+    EXPECT_FALSE(c.get("jobs", 0).has_value());
+    c.put("jobs", 7, 3);
+    ASSERT_TRUE(c.get("jobs", 3).has_value());
+    EXPECT_EQ(*c.get("jobs", 3), 7);
+    EXPECT_FALSE(c.get("jobs", 4).has_value());  // a queue was dropped since
+    EXPECT_FALSE(c.get("other", 3).has_value());
+    c.put("jobs", 9, 4);
+    EXPECT_EQ(*c.get("jobs", 4), 9);
+    c.clear();
+    EXPECT_FALSE(c.get("jobs", 4).has_value());
+}
