@@ -197,6 +197,23 @@ COMMIT;
 SELECT count(*) AS orphans FROM claim.items i
 WHERE NOT EXISTS (SELECT 1 FROM claim.queues q WHERE q.queue_id = i.queue_id);
 
+-- an index an operator adds to claim.items (here with an expression) is
+-- kept up to date by the paths that write without SQL
+CREATE INDEX regress_items_n ON claim.items ((payload->>'n'));
+SELECT claim.create_queue('indexed');
+SELECT claim.enqueue('indexed', jsonb_build_object('n', g::text)) > 0 AS enqueued
+FROM generate_series(1, 3) g;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT count(*) FROM claim.items WHERE payload->>'n' = '2';
+SELECT count(*) AS found_through_index FROM claim.items i JOIN claim.queues q USING (queue_id)
+WHERE i.payload->>'n' = '2' AND q.name = 'indexed';
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+DROP INDEX claim.regress_items_n;
+SELECT claim.enqueue('indexed', '{"n": "4"}') > 0 AS enqueued_after_drop;
+SELECT claim.drop_queue('indexed');
+
 -- drop_queue
 SELECT claim.drop_queue('b');
 SELECT pg_temp.try($$SELECT claim.drop_queue('b')$$);

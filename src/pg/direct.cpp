@@ -9,6 +9,7 @@ extern "C" {
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation_d.h"
 #include "commands/sequence.h"
@@ -54,32 +55,42 @@ AttrNumber att(Oid rel, const char *name) {
     return a;
 }
 
-// Partial-index predicates compiled once per backend (ExecInsertIndexTuples
-// would compile them again on every call), in a long-lived executor state.
-struct PredicateCache {
+// The IndexInfo of each index of our tables, built once per backend
+// (ExecOpenIndices builds it again on every call), with its partial-index
+// predicate compiled (ExecInsertIndexTuples would compile it every time), in
+// long-lived memory. Indexes with expressions are not cached: their
+// expression state lives in the caller's executor state.
+struct IndexCache {
     bool stale;
-    EState *estate;
+    MemoryContext cxt;
+    EState *estate;  // predicate states
     int n;
     Oid index[16];
-    ExprState *state[16];
+    IndexInfo *info[16];
 };
-PredicateCache preds;
+IndexCache icache;
 
-ExprState *cached_predicate(Relation idx, IndexInfo *ii) {
+IndexInfo *cached_index_info(Relation idx) {
     Oid o = RelationGetRelid(idx);
-    for (int i = 0; i < preds.n; ++i)
-        if (preds.index[i] == o) return preds.state[i];
-    if (preds.estate == nullptr) {
-        MemoryContext old = MemoryContextSwitchTo(CacheMemoryContext);
-        preds.estate = CreateExecutorState();
+    for (int i = 0; i < icache.n; ++i)
+        if (icache.index[i] == o) return icache.info[i];
+    if (icache.cxt == nullptr) {
+        icache.cxt = AllocSetContextCreate(CacheMemoryContext, "pg_claim index info",
+                                           ALLOCSET_SMALL_SIZES);
+        MemoryContext old = MemoryContextSwitchTo(icache.cxt);
+        icache.estate = CreateExecutorState();
         MemoryContextSwitchTo(old);
     }
-    ExprState *st = ExecPrepareQual(ii->ii_Predicate, preds.estate);
-    if (preds.n < 16) {
-        preds.index[preds.n] = o;
-        preds.state[preds.n++] = st;
-    }
-    return st;
+    IndexInfo *probe = BuildIndexInfo(idx);
+    if (probe->ii_Expressions != NIL || icache.n == 16) return probe;
+    MemoryContext old = MemoryContextSwitchTo(icache.cxt);
+    IndexInfo *ii = BuildIndexInfo(idx);
+    if (ii->ii_Predicate != NIL) ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, icache.estate);
+    MemoryContextSwitchTo(old);
+    pfree(probe);
+    icache.index[icache.n] = o;
+    icache.info[icache.n++] = ii;
+    return ii;
 }
 
 // Any invalidation of one of our relations (DROP EXTENSION among others)
@@ -91,16 +102,18 @@ void on_relcache_inval(Datum, Oid relid) {
         relid == cat.claims_pkey || relid == cat.claims_token || relid == cat.queues_name ||
         relid == cat.token_seq || relid == cat.item_id_seq) {
         cat.valid = false;
-        preds.stale = true;  // freed at the next load(), not inside the callback
+        icache.stale = true;  // freed at the next load(), not inside the callback
     }
 }
 
 void load() {
-    if (preds.stale) {
-        if (preds.estate != nullptr) FreeExecutorState(preds.estate);
-        preds.estate = nullptr;
-        preds.n = 0;
-        preds.stale = false;
+    if (icache.stale) {
+        if (icache.estate != nullptr) FreeExecutorState(icache.estate);
+        if (icache.cxt != nullptr) MemoryContextDelete(icache.cxt);
+        icache.estate = nullptr;
+        icache.cxt = nullptr;
+        icache.n = 0;
+        icache.stale = false;
     }
     if (cat.valid) return;
     static bool registered = false;
@@ -201,19 +214,29 @@ struct Tables {
 };
 
 namespace {
-// The executor state for inserts into `rel`: its indexes, with their
-// partial-index predicates from the backend's cache.
+// The executor state for inserts into `rel`: every index of it (as
+// ExecOpenIndices opens them, with their IndexInfo from the backend's cache).
 void open_insert(Tables *t, Relation rel) {
     t->ins_slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
     t->estate = CreateExecutorState();
     t->rri = makeNode(ResultRelInfo);
     InitResultRelInfo(t->rri, rel, 0, nullptr, 0);
-    ExecOpenIndices(t->rri, false);
-    for (int i = 0; i < t->rri->ri_NumIndices; ++i) {
-        IndexInfo *ii = t->rri->ri_IndexRelationInfo[i];
-        if (ii->ii_Predicate != NIL)
-            ii->ii_PredicateState = cached_predicate(t->rri->ri_IndexRelationDescs[i], ii);
+    if (!RelationGetForm(rel)->relhasindex) return;
+    List *ids = RelationGetIndexList(rel);
+    int n = list_length(ids);
+    Relation *descs = (Relation *)palloc(sizeof(Relation) * n);
+    IndexInfo **infos = (IndexInfo **)palloc(sizeof(IndexInfo *) * n);
+    int i = 0;
+    ListCell *lc;
+    foreach (lc, ids) {
+        descs[i] = index_open(lfirst_oid(lc), RowExclusiveLock);
+        infos[i] = cached_index_info(descs[i]);
+        ++i;
     }
+    list_free(ids);
+    t->rri->ri_NumIndices = n;
+    t->rri->ri_IndexRelationDescs = descs;
+    t->rri->ri_IndexRelationInfo = infos;
 }
 
 void close_insert(Tables *t) {
