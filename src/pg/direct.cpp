@@ -297,11 +297,9 @@ Tables *open(Mode mode) {
         // The lock on claim.items comes first: drop_queue locks the table
         // against writers, so the queue looked up afterwards cannot be
         // dropped before this transaction ends.
+        // claim.queues is opened by queue_id(), when the producer's queue
+        // id is not cached.
         t->items = table_open(cat.items, RowExclusiveLock);
-        t->queues = table_open(cat.queues, AccessShareLock);
-        t->queues_name = index_open(cat.queues_name, AccessShareLock);
-        check_index(t->queues_name, {cat.q_name});
-        t->queue_slot = table_slot_create(t->queues, nullptr);
         open_insert(t, t->items);
         return t;
     }
@@ -341,9 +339,11 @@ Tables *open(Mode mode) {
 void close(Tables *t) {
     if (t->mode == Mode::Enqueue) {
         close_insert(t);
-        ExecDropSingleTupleTableSlot(t->queue_slot);
-        index_close(t->queues_name, NoLock);
-        table_close(t->queues, NoLock);
+        if (t->queues != nullptr) {
+            ExecDropSingleTupleTableSlot(t->queue_slot);
+            index_close(t->queues_name, NoLock);
+            table_close(t->queues, NoLock);
+        }
         table_close(t->items, NoLock);
         pfree(t);
         return;
@@ -373,6 +373,12 @@ void lock_items(bool drop) {
 }
 
 int32 queue_id(Tables *t, Datum name, Snapshot snap) {
+    if (t->queues == nullptr) {
+        t->queues = table_open(cat.queues, AccessShareLock);
+        t->queues_name = index_open(cat.queues_name, AccessShareLock);
+        check_index(t->queues_name, {cat.q_name});
+        t->queue_slot = table_slot_create(t->queues, nullptr);
+    }
     ScanKeyData k;
     ScanKeyEntryInitialize(&k, 0, 1, BTEqualStrategyNumber, InvalidOid,
                            t->queues_name->rd_indcollation[0], F_TEXTEQ, name);
