@@ -108,8 +108,15 @@ void on_relcache_inval(Datum, Oid relid) {
 
 void load() {
     if (icache.stale) {
-        if (icache.estate != nullptr) FreeExecutorState(icache.estate);
-        if (icache.cxt != nullptr) MemoryContextDelete(icache.cxt);
+        // Tables opened earlier in this transaction may still point into
+        // the old cache (load() also runs from items_relid() while a call
+        // has its tables open): it is freed when the transaction ends.
+        if (icache.cxt != nullptr) {
+            if (IsTransactionState())
+                MemoryContextSetParent(icache.cxt, TopTransactionContext);
+            else
+                MemoryContextDelete(icache.cxt);
+        }
         icache.estate = nullptr;
         icache.cxt = nullptr;
         icache.n = 0;
