@@ -263,34 +263,59 @@ void transition_end(Transition *tr) {
     if (tr->slot != nullptr) ExecDropSingleTupleTableSlot(tr->slot);
 }
 
+// What both statement-level paths without coalescing read and write: the
+// transition tables, the row converter, and a batch of new items.
+struct StatementWrite {
+    pg::RowJson *rj;
+    Transition nt, ot;
+    direct::Tables *t;
+    int32 qid;
+    direct::ItemBatch *b;
+};
+
+void statement_begin(StatementWrite *w, FunctionCallInfo fcinfo, TriggerData *td,
+                     const Change &ch) {
+    TupleDesc desc = RelationGetDescr(td->tg_relation);
+    w->rj = row_converter(fcinfo, desc);
+    transition_begin(&w->nt, td->tg_trigger->tgnewtable ? td->tg_newtable : nullptr, desc);
+    transition_begin(&w->ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
+    w->t = direct::open(direct::Mode::Enqueue);
+    w->qid = change_queue(w->t, ch);
+    w->b = direct::batch_begin(w->t, w->qid, ch.priority);
+}
+
+// The next changed row (either side may be missing); false at the end.
+bool statement_next(StatementWrite *w, TupleTableSlot **nw, TupleTableSlot **old) {
+    *nw = transition_next(&w->nt);
+    *old = transition_next(&w->ot);
+    return *nw != nullptr || *old != nullptr;
+}
+
+void statement_end(StatementWrite *w) {
+    int64 n = direct::batch_end(w->b);
+    direct::close(w->t);
+    transition_end(&w->nt);
+    transition_end(&w->ot);
+    CommandCounterIncrement();
+    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, w->qid, n);
+}
+
 // Without coalescing: one item per changed row, in statement order, built
 // straight from the transition tables and written in batches.
 void statement_items(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att) {
-    TupleDesc desc = RelationGetDescr(td->tg_relation);
-    pg::RowJson *rj = row_converter(fcinfo, desc);
-    Transition nt, ot;
-    transition_begin(&nt, td->tg_trigger->tgnewtable ? td->tg_newtable : nullptr, desc);
-    transition_begin(&ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
-    direct::Tables *t = direct::open(direct::Mode::Enqueue);
-    int32 qid = change_queue(t, ch);
-    direct::ItemBatch *b = direct::batch_begin(t, qid, ch.priority);
-    for (;;) {
-        TupleTableSlot *nw = transition_next(&nt);
-        TupleTableSlot *old = transition_next(&ot);
-        if (nw == nullptr && old == nullptr) break;
-        MemoryContext prev = MemoryContextSwitchTo(direct::batch_memory(b));
-        Datum payload = build_payload(ch, rj, Side{nw, 0}, Side{old, 0});
-        Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
+    StatementWrite w;
+    statement_begin(&w, fcinfo, td, ch);
+    TupleTableSlot *nw, *old;
+    while (statement_next(&w, &nw, &old)) {
+        MemoryContext prev = MemoryContextSwitchTo(direct::batch_memory(w.b));
+        Datum payload = build_payload(ch, w.rj, Side{nw, 0}, Side{old, 0});
+        Datum group =
+            group_att > 0 ? pg::rowjson_text(w.rj, nw ? nw : old, group_att) : (Datum)0;
         MemoryContextSwitchTo(prev);
-        direct::batch_add(b, group, group == (Datum)0, payload);
+        direct::batch_add(w.b, group, group == (Datum)0, payload);
         CHECK_FOR_INTERRUPTS();
     }
-    int64 n = direct::batch_end(b);
-    direct::close(t);
-    transition_end(&nt);
-    transition_end(&ot);
-    CommandCounterIncrement();
-    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, qid);
+    statement_end(&w);
 }
 
 // ---- 'batch': the statement's changed rows packed into items per group
@@ -390,18 +415,12 @@ void pack_row(Packer *p, Datum group, Datum row) {
 // rows per group key, each group's rows in statement order.
 void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
                        int group_att) {
-    TupleDesc desc = RelationGetDescr(td->tg_relation);
-    pg::RowJson *rj = row_converter(fcinfo, desc);
-    Transition nt, ot;
-    transition_begin(&nt, td->tg_trigger->tgnewtable ? td->tg_newtable : nullptr, desc);
-    transition_begin(&ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
-    direct::Tables *t = direct::open(direct::Mode::Enqueue);
-    int32 qid = change_queue(t, ch);
-
+    StatementWrite w;
+    statement_begin(&w, fcinfo, td, ch);
     Packer p;
     memset(&p, 0, sizeof p);
     p.ch = &ch;
-    p.b = direct::batch_begin(t, qid, ch.priority);
+    p.b = w.b;
     p.keep = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger groups",
                                    ALLOCSET_DEFAULT_SIZES);
     p.rows = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger rows",
@@ -415,33 +434,27 @@ void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &c
     hc.hcxt = p.keep;
     p.groups = hash_create("pg_claim trigger groups", 256, &hc,
                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-    for (;;) {
-        TupleTableSlot *nw = transition_next(&nt);
-        TupleTableSlot *old = transition_next(&ot);
-        if (nw == nullptr && old == nullptr) break;
+    TupleTableSlot *nw, *old;
+    while (statement_next(&w, &nw, &old)) {
         MemoryContextReset(tmp);
         MemoryContext prev = MemoryContextSwitchTo(tmp);
         JsonbParseState *st = nullptr;
         pushJsonbValue(&st, WJB_BEGIN_OBJECT, nullptr);
-        push_side(&st, "new", rj, Side{nw, 0});
-        push_side(&st, "old", rj, Side{old, 0});
+        push_side(&st, "new", w.rj, Side{nw, 0});
+        push_side(&st, "old", w.rj, Side{old, 0});
         Datum row =
             JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&st, WJB_END_OBJECT, nullptr)));
-        Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
+        Datum group =
+            group_att > 0 ? pg::rowjson_text(w.rj, nw ? nw : old, group_att) : (Datum)0;
         MemoryContextSwitchTo(prev);
         pack_row(&p, group, row);
         CHECK_FOR_INTERRUPTS();
     }
     pack_flush_all(&p);
-    int64 n = direct::batch_end(p.b);
-    direct::close(t);
-    transition_end(&nt);
-    transition_end(&ot);
+    statement_end(&w);
     MemoryContextDelete(tmp);
     MemoryContextDelete(p.rows);
     MemoryContextDelete(p.keep);
-    CommandCounterIncrement();
-    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, qid, n);
 }
 
 void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att,
