@@ -214,6 +214,10 @@ DROP INDEX claim.regress_items_n;
 SELECT claim.enqueue('indexed', '{"n": "4"}') > 0 AS enqueued_after_drop;
 SELECT claim.drop_queue('indexed');
 
+-- payloads are compressed with lz4 (Debian's server is built with it)
+SELECT attcompression AS payload_compression FROM pg_attribute
+WHERE attrelid = 'claim.items'::regclass AND attname = 'payload';
+
 -- drop_queue
 SELECT claim.drop_queue('b');
 SELECT pg_temp.try($$SELECT claim.drop_queue('b')$$);
