@@ -159,12 +159,17 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     w->start_expires = PG_INT64_MAX;
     ScanPos start = w->start;
     bool from_head = true;
+    int64 own_expires = PG_INT64_MAX;
     pg::pure([&] {
-        if (auto s = hints().start(queue_id, now)) {
+        int64_t e = INT64_MAX;
+        if (auto s = hints().start(queue_id, now, &e)) {
             start = *s;
             from_head = false;
+            own_expires = e;
         }
     });
+    // What this walk publishes holds no longer than where it started.
+    w->start_expires = own_expires;
     // Between its own walks from the head, a backend starts at the shared
     // frontier when that is further on (see worker/frontier.hpp).
     ScanPos f;

@@ -10,13 +10,15 @@ int64_t ScanHints::validity_us(int64_t walk_us) {
     return std::clamp<int64_t>(v, kMinValidUs, kMaxValidUs);
 }
 
-std::optional<ScanPos> ScanHints::start(int32_t queue_id, int64_t now_us) const {
+std::optional<ScanPos> ScanHints::start(int32_t queue_id, int64_t now_us,
+                                        int64_t *expires_us) const {
     auto it = hints_.find(queue_id);
     if (it == hints_.end()) return std::nullopt;
     const Hint &h = it->second;
     if (now_us < h.head_walk_at_us) return std::nullopt;  // clock went back
     if (now_us - h.head_walk_at_us > validity_us(h.head_walk_cost_us)) return std::nullopt;
     if (now_us >= h.expires_us) return std::nullopt;
+    if (expires_us != nullptr) *expires_us = h.expires_us;
     return h.pos;
 }
 

@@ -38,8 +38,10 @@ public:
     static constexpr int64_t kMaxValidUs = 5'000'000;
     static constexpr int64_t kCostFactor = 200;
 
-    // The position to start from, or nothing to start at the head.
-    std::optional<ScanPos> start(int32_t queue_id, int64_t now_us) const;
+    // The position to start from, or nothing to start at the head;
+    // *expires_us (when given) is set to when that position stops holding.
+    std::optional<ScanPos> start(int32_t queue_id, int64_t now_us,
+                                 int64_t *expires_us = nullptr) const;
 
     // After a scan: `from_head` tells where it started, `first` is the first
     // visible item it met that was not under a live claim (or the last one

@@ -114,3 +114,14 @@ TEST(ProducerQueues, ValidWhileNoQueueWasDropped) {
     c.clear();
     EXPECT_FALSE(c.get("jobs", 4).has_value());
 }
+
+TEST(ScanHints, StartTellsWhenThePositionStopsHolding) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 42}, 100, 1000, 5000);  // a lease passed over ends at 5000
+    int64_t e = 0;
+    ASSERT_TRUE(h.start(1, 1001, &e).has_value());
+    EXPECT_EQ(e, 5000);
+    h.record(2, true, ScanPos{0, 7}, 100, 1000);  // no claim passed over
+    ASSERT_TRUE(h.start(2, 1001, &e).has_value());
+    EXPECT_EQ(e, INT64_MAX);
+}
