@@ -265,6 +265,23 @@ SELECT count(*) AS items, max(jsonb_array_length(payload->'rows')) AS rows,
 FROM pg_temp.items('changes');
 DROP TABLE packed2;
 SELECT pg_temp.clear('changes');
+-- a statement whose rows waiting to be packed exceed 64 MB writes its
+-- groups out early: more, smaller items, each group still in order
+CREATE TABLE packed3 (id int, grp text, big text);
+CREATE TRIGGER packed3_ins AFTER INSERT ON packed3 REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch');
+INSERT INTO packed3 SELECT g, 'g' || (g % 2), repeat(md5(g::text), 3200) FROM generate_series(1, 700) g;
+SELECT count(*) > 2 AS written_early, sum(jsonb_array_length(payload->'rows')) AS rows
+FROM pg_temp.items('changes');
+SELECT group_key, bool_and(prev_last < first) AS in_order, sum(n) AS rows FROM (
+    SELECT group_key, (payload->'rows'->0->'new'->>'id')::int AS first,
+           (payload->'rows'->-1->'new'->>'id')::int AS last,
+           jsonb_array_length(payload->'rows') AS n,
+           coalesce(lag((payload->'rows'->-1->'new'->>'id')::int) OVER (PARTITION BY group_key ORDER BY id), 0) AS prev_last
+    FROM claim.items WHERE payload->>'table' = 'packed3') x
+GROUP BY group_key ORDER BY group_key;
+DROP TABLE packed3;
+SELECT pg_temp.clear('changes');
 -- batch at row level, with coalesce, or with a bad size
 CREATE TRIGGER bad AFTER INSERT ON packed FOR EACH ROW
     EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch');

@@ -341,7 +341,8 @@ struct Packer {
 };
 
 // Buffered row values beyond this are written out early (each group's
-// items stay in order; some are just smaller).
+// items stay in order; some are just smaller). Each group remembered counts
+// too (a table entry and a row array), so many groups also trigger it.
 constexpr Size kMaxPendingBytes = 64 * 1024 * 1024;
 
 // {"op", "schema", "table", "rows": [{"new", "old"}, ...]}
@@ -355,11 +356,34 @@ void pack_flush(Packer *p, PendingRows *g) {
     g->n = 0;
 }
 
-void pack_flush_all(Packer *p) {
+void pack_groups_init(Packer *p) {
+    HASHCTL hc;
+    memset(&hc, 0, sizeof hc);
+    hc.keysize = sizeof(uint64);
+    hc.entrysize = sizeof(PendingRows);
+    hc.hcxt = p->keep;
+    p->groups = hash_create("pg_claim trigger groups", 256, &hc,
+                            HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    p->order = nullptr;
+    p->norder = p->order_cap = 0;
+    p->nokey.n = p->nokey.cap = 0;
+    p->nokey.rows = nullptr;
+    p->nokey.key = nullptr;
+}
+
+// Write every group's pending rows. Unless it is the end of the statement,
+// also forget the groups (the items written so far are flushed first: they
+// point at the keys), so memory stays bounded however many groups a huge
+// statement touches; a group's later rows go into later items.
+void pack_flush_all(Packer *p, bool end) {
     for (int i = 0; i < p->norder; ++i) pack_flush(p, p->order[i]);
     pack_flush(p, &p->nokey);
     MemoryContextReset(p->rows);
     p->pending_bytes = 0;
+    if (end) return;
+    direct::batch_flush(p->b);
+    MemoryContextReset(p->keep);
+    pack_groups_init(p);
 }
 
 // Add one changed row (a jsonb object, any memory) to its group.
@@ -390,6 +414,7 @@ void pack_row(Packer *p, Datum group, Datum row) {
                                                                              p->order_cap));
                 }
                 p->order[p->norder++] = g;
+                p->pending_bytes += 64;  // the group's own bookkeeping
             }
             g->key = (text *)MemoryContextAlloc(p->keep, VARHDRSZ + len);
             SET_VARSIZE(g->key, VARHDRSZ + len);
@@ -408,7 +433,7 @@ void pack_row(Packer *p, Datum group, Datum row) {
     g->rows[g->n++] = PointerGetDatum(copy);
     p->pending_bytes += size;
     if (g->n == p->ch->batch) pack_flush(p, g);
-    if (p->pending_bytes > kMaxPendingBytes) pack_flush_all(p);
+    if (p->pending_bytes > kMaxPendingBytes) pack_flush_all(p, false);
 }
 
 // 'batch': the changed rows of the statement in items of up to ch.batch
@@ -427,13 +452,7 @@ void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &c
                                    ALLOCSET_DEFAULT_SIZES);
     MemoryContext tmp = AllocSetContextCreate(CurrentMemoryContext, "pg_claim trigger row",
                                               ALLOCSET_DEFAULT_SIZES);
-    HASHCTL hc;
-    memset(&hc, 0, sizeof hc);
-    hc.keysize = sizeof(uint64);
-    hc.entrysize = sizeof(PendingRows);
-    hc.hcxt = p.keep;
-    p.groups = hash_create("pg_claim trigger groups", 256, &hc,
-                           HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    pack_groups_init(&p);
     TupleTableSlot *nw, *old;
     while (statement_next(&w, &nw, &old)) {
         MemoryContextReset(tmp);
@@ -450,7 +469,7 @@ void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &c
         pack_row(&p, group, row);
         CHECK_FOR_INTERRUPTS();
     }
-    pack_flush_all(&p);
+    pack_flush_all(&p, true);
     statement_end(&w);
     MemoryContextDelete(tmp);
     MemoryContextDelete(p.rows);

@@ -456,7 +456,6 @@ ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
 
 MemoryContext batch_memory(ItemBatch *b) { return b->mcxt; }
 
-namespace {
 void batch_flush(ItemBatch *b) {
     if (b->n == 0) return;
     Tables *t = b->t;
@@ -473,7 +472,6 @@ void batch_flush(ItemBatch *b) {
     b->bytes = 0;
     MemoryContextReset(b->mcxt);
 }
-}  // namespace
 
 void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
     Tables *t = b->t;

@@ -112,6 +112,8 @@ struct ItemBatch;
 ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority);
 MemoryContext batch_memory(ItemBatch *b);
 void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload);
+// Write what is pending now (values passed so far may then be freed).
+void batch_flush(ItemBatch *b);
 // Writes what is pending and frees the batch; returns how many items it
 // wrote in all.
 int64 batch_end(ItemBatch *b);
