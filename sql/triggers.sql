@@ -282,6 +282,33 @@ SELECT group_key, bool_and(prev_last < first) AS in_order, sum(n) AS rows FROM (
 GROUP BY group_key ORDER BY group_key;
 DROP TABLE packed3;
 SELECT pg_temp.clear('changes');
+-- several statement-level triggers read the same transition table, spilled
+-- to disk (small work_mem): each reads all of it, in order
+CREATE TABLE shared_tt (id int, g text);
+CREATE TRIGGER a AFTER INSERT ON shared_tt REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'g');
+CREATE TRIGGER b AFTER INSERT ON shared_tt REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'g', 'batch');
+CREATE FUNCTION pg_temp.count_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE NOTICE 'plpgsql trigger sees % rows', (SELECT count(*) FROM n);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER c AFTER INSERT ON shared_tt REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.count_rows();
+SET work_mem = '64kB';
+INSERT INTO shared_tt SELECT g, (g % 3)::text FROM generate_series(1, 5000) g;
+RESET work_mem;
+SELECT count(*) FILTER (WHERE payload ? 'new') AS per_row_items,
+       sum(jsonb_array_length(payload->'rows')) AS batched_rows,
+       bool_and((payload->'new'->>'id')::int % 3 = group_key::int) AS groups_right
+FROM pg_temp.items('changes');
+SELECT bool_and(ok) AS per_row_in_order FROM (
+    SELECT (payload->'new'->>'id')::int > coalesce(lag((payload->'new'->>'id')::int) OVER (ORDER BY n), 0) AS ok
+    FROM pg_temp.items('changes') WHERE payload ? 'new') x;
+DROP TABLE shared_tt;
+SELECT pg_temp.clear('changes');
+
 -- batch at row level, with coalesce, or with a bad size
 CREATE TRIGGER bad AFTER INSERT ON packed FOR EACH ROW
     EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch');

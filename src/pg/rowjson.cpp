@@ -247,7 +247,12 @@ Datum rowjson_text(RowJson *rj, TupleTableSlot *slot, AttrNumber attnum) {
     Datum d = slot_getattr(slot, attnum, &isnull);
     if (isnull) return (Datum)0;
     Column &c = rj->cols[attnum - 1];
-    if (c.base == TEXTOID) return PointerGetDatum(PG_DETOAST_DATUM_PACKED(d));
+    if (c.base == TEXTOID) {
+        // A copy: the slot's memory is reused for the next row (a spilled
+        // transition table reads every row into the same buffer).
+        text *t = DatumGetTextPP(d);
+        return PointerGetDatum(cstring_to_text_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)));
+    }
     prepare_output(rj, c);
     return CStringGetTextDatum(OutputFunctionCall(&c.out, d));
 }

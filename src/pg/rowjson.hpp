@@ -36,7 +36,8 @@ bool rowjson_matches(const RowJson *rj, TupleDesc desc);
 JsonbValue *rowjson_push(RowJson *rj, JsonbParseState **st, TupleTableSlot *slot);
 
 // Column `attnum` of the slot as text (its output function, cached), or
-// (Datum)0 when NULL. For the group key of trigger items.
+// (Datum)0 when NULL; always a copy in the current memory context. For the
+// group key of trigger items.
 Datum rowjson_text(RowJson *rj, TupleTableSlot *slot, AttrNumber attnum);
 
 // The payload of a 'batch' trigger item,
