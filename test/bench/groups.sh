@@ -176,12 +176,12 @@ bulk_ms bulk_plain; MS_PLAIN=$BEST
 bulk_ms bulk_trig;  MS_TRIG=$BEST
 ENQ=$(q "SELECT count(*) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')")
 [[ $ENQ == "$BULK_ROWS" ]] || die "statement trigger enqueued $ENQ items, expected $BULK_ROWS"
-BAD=$(q "SELECT count(*) FROM claim.items WHERE group_key IS DISTINCT FROM payload->'new'->>'customer'")
+BAD=$(q "SELECT count(*) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes') AND group_key IS DISTINCT FROM payload->'new'->>'customer'")
 [[ $BAD == 0 ]] || die "statement trigger: $BAD items carry another row's group key"
 bulk_ms bulk_batch; MS_BATCH=$BEST
 ENQ=$(q "SELECT count(*) || ' ' || sum(jsonb_array_length(payload->'rows')) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')")
 [[ $ENQ == "5000 $BULK_ROWS" ]] || die "batch statement trigger: items and rows are '$ENQ', expected '5000 $BULK_ROWS'"
-BAD=$(q "SELECT count(*) FROM claim.items i, jsonb_array_elements(i.payload->'rows') r WHERE i.group_key IS DISTINCT FROM r->'new'->>'customer'")
+BAD=$(q "SELECT count(*) FROM claim.items i, jsonb_array_elements(i.payload->'rows') r WHERE i.queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes') AND i.group_key IS DISTINCT FROM r->'new'->>'customer'")
 [[ $BAD == 0 ]] || die "batch statement trigger: $BAD rows under another group key"
 RPS_PLAIN=$(awk -v m="$MS_PLAIN" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
 RPS_TRIG=$(awk -v m="$MS_TRIG" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
