@@ -394,6 +394,31 @@ SELECT pg_temp.try($$SELECT claim.enqueue_trigger()$$);
 SELECT count(*) AS rows_in_t FROM t;
 SELECT count(*) AS items FROM pg_temp.items('changes');
 
+-- claim.enqueue_trigger is declared without SET search_path: under a
+-- hostile search_path (functions that shadow the built-ins its coalescing
+-- SQL calls), nothing of the shadowing functions reaches a payload
+CREATE SCHEMA hostile;
+CREATE FUNCTION hostile.jsonb_build_object(text, jsonb) RETURNS jsonb
+    LANGUAGE sql AS $$ SELECT '{"hostile": true}'::jsonb $$;
+CREATE FUNCTION hostile.to_jsonb(anyelement) RETURNS jsonb
+    LANGUAGE sql AS $$ SELECT '{"hostile": true}'::jsonb $$;
+CREATE TABLE watched (id int, grp text, v int);
+CREATE TRIGGER watched_rows AFTER INSERT OR UPDATE ON watched
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'coalesce');
+CREATE TRIGGER watched_stmt AFTER UPDATE ON watched REFERENCING OLD TABLE AS o NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'coalesce');
+SET search_path = hostile, pg_catalog, public;
+INSERT INTO watched VALUES (1, 'a', 1), (2, 'b', 2);
+UPDATE watched SET v = v + 1;
+UPDATE watched SET v = v + 1;
+RESET search_path;
+SELECT count(*) AS items, count(*) FILTER (WHERE payload::text LIKE '%hostile%') AS hostile
+FROM pg_temp.items('changes');
+SHOW search_path;
+DROP TABLE watched;
+DROP SCHEMA hostile CASCADE;
+SELECT pg_temp.clear('changes');
+
 -- the trigger runs with the privileges of the role that changes the table
 CREATE ROLE regress_pgclaim_app;
 GRANT ALL ON t TO regress_pgclaim_app;

@@ -59,13 +59,17 @@ WHERE (h.run_at IS NOT NULL AND h.run_at > pg_catalog.clock_timestamp())
 -- AFTER trigger for any table: each changed row becomes an item
 -- {"op", "schema", "table", "new", "old"} in the same transaction.
 --   FOR EACH ROW ... EXECUTE FUNCTION claim.enqueue_trigger('queue' [, 'group_column' [, options]])
---   FOR EACH STATEMENT with REFERENCING NEW TABLE / OLD TABLE: one set-based insert
---   options: 'coalesce', 'priority=N'. See docs/groups.md.
+--   FOR EACH STATEMENT with REFERENCING NEW TABLE / OLD TABLE: one item per row
+--   options: 'coalesce', 'priority=N', 'batch[=N]'. See docs/groups.md.
 -- It runs with the privileges of the role that changes the table: that role
 -- needs INSERT (and, with coalesce, UPDATE) on claim.items.
+-- Declared without SET search_path, unlike every other function: it runs
+-- for every changed row, its common paths run no SQL and look nothing up by
+-- name, and setting a GUC on each call costs more than the rest of a
+-- single-row trigger call. The SQL it runs (coalescing) pins
+-- search_path = pg_catalog, pg_temp itself, for exactly that SQL.
 CREATE FUNCTION claim.enqueue_trigger()
 RETURNS trigger
 LANGUAGE c VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_enqueue_trigger';
 

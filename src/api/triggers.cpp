@@ -16,7 +16,9 @@
 // Payload: {"op", "schema", "table", "new", "old"}, rows as to_jsonb(row)
 // writes them (pg/rowjson.hpp); the side that does not exist is left out.
 // Coalescing at statement level still runs as SQL over the transition
-// tables.
+// tables. The function is declared without SET search_path (its common
+// paths run no SQL and look nothing up by name): the coalescing paths pin
+// search_path = pg_catalog, pg_temp around their SQL (pg::pin_search_path).
 //
 // coalesce: the marker of an item's source is its payload's op, schema and
 // table. When the newest pending item of the group has the same source, is
@@ -227,9 +229,11 @@ void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int g
     }
     Datum nj = nw ? row_jsonb(rj, nw) : (Datum)0;
     Datum oj = old ? row_jsonb(rj, old) : (Datum)0;
+    int pin = pg::pin_search_path();
     SPI_connect();
     enqueue_change(ch, nj, oj, TextDatumGetCString(group));
     SPI_finish();
+    pg::unpin_search_path(pin);
 }
 
 // A transition table read from its start, through a read pointer of our own
@@ -532,6 +536,7 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
 
     StringInfoData sql;
     initStringInfo(&sql);
+    int pin = pg::pin_search_path();
     SPI_connect();
     SPI_register_trigger_data(td);
 
@@ -564,6 +569,7 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
     }
     SPI_freetuptable(t);
     SPI_finish();
+    pg::unpin_search_path(pin);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstring>
 
 extern "C" {
+#include "utils/guc.h"
 #include "access/relation.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -157,6 +158,15 @@ void unlock_lease(uint64 key) {
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
     (void)LockRelease(&tag, ExclusiveLock, false);
 }
+
+int pin_search_path() {
+    int nest = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+    return nest;
+}
+
+void unpin_search_path(int nest) { AtEOXact_GUC(true, nest); }
 
 void flush_token_wal() {
     Oid nsp = get_namespace_oid("claim", false);

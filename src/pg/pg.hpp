@@ -122,6 +122,16 @@ void unlock_lease(uint64 key);
 // again. Cheap when it already is (the usual case).
 void flush_token_wal();
 
+// --- search_path -------------------------------------------------------------
+// The SQL the extension runs is written for search_path = pg_catalog,
+// pg_temp; functions declare it with SET search_path. A function whose
+// common path runs no SQL (claim.enqueue_trigger) is declared without it and
+// pins it around the SQL it does run: pin_search_path() returns the GUC nest
+// level to give to unpin_search_path(); an error on the way restores the
+// caller's search_path when the (sub)transaction aborts.
+int pin_search_path();
+void unpin_search_path(int nest);
+
 }  // namespace pgclaim::pg
 
 // Define a SQL-callable function. The body runs inside try/catch; a C++
