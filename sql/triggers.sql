@@ -309,6 +309,23 @@ SELECT bool_and(ok) AS per_row_in_order FROM (
 DROP TABLE shared_tt;
 SELECT pg_temp.clear('changes');
 
+-- the group key is the column's text output on every path (here a bool:
+-- 't', not the 'true' of a cast to text), also when coalescing in SQL
+CREATE TABLE flags (id int, flag bool);
+CREATE TRIGGER r AFTER INSERT ON flags FOR EACH ROW
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'flag');
+CREATE TRIGGER s AFTER INSERT ON flags REFERENCING NEW TABLE AS n FOR EACH STATEMENT
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'flag');
+CREATE TRIGGER b AFTER INSERT ON flags REFERENCING NEW TABLE AS n FOR EACH STATEMENT
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'flag', 'batch');
+CREATE TRIGGER c AFTER INSERT ON flags REFERENCING NEW TABLE AS n FOR EACH STATEMENT
+    EXECUTE FUNCTION claim.enqueue_trigger('changes', 'flag', 'coalesce');
+INSERT INTO flags VALUES (1, true), (2, false), (3, NULL);
+SELECT string_agg(DISTINCT coalesce(group_key, 'NULL'), ',') AS keys, count(*) AS items
+FROM pg_temp.items('changes');
+DROP TABLE flags;
+SELECT pg_temp.clear('changes');
+
 -- batch at row level, with coalesce, or with a bad size
 CREATE TRIGGER bad AFTER INSERT ON packed FOR EACH ROW
     EXECUTE FUNCTION claim.enqueue_trigger('changes', 'grp', 'batch');

@@ -480,6 +480,19 @@ void statement_batches(FunctionCallInfo fcinfo, TriggerData *td, const Change &c
     MemoryContextDelete(p.keep);
 }
 
+// The group key of a transition-table row in SQL: the column's text output
+// (what the row level and the direct statement paths use, through the
+// type's output function), NULL when the column is. `col` is quoted.
+const char *group_expr(const char *col, const char *alias) {
+    if (col == nullptr) return "NULL::text";
+    StringInfoData e;
+    initStringInfo(&e);
+    appendStringInfo(&e, "CASE WHEN %s.%s IS NULL THEN NULL ELSE pg_catalog.format(", alias, col);
+    appendStringInfoString(&e, "'%s'");
+    appendStringInfo(&e, ", %s.%s) END", alias, col);
+    return e.data;
+}
+
 void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int group_att,
                      const char *group_col) {
     const char *trig = td->tg_trigger->tgname;
@@ -517,20 +530,19 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
     if (newtab && oldtab) {
         appendStringInfo(&rows,
                          "SELECT a.rn, a.nj, b.oj, a.g FROM "
-                         "(SELECT row_number() OVER () AS rn, to_jsonb(n) AS nj, %s%s%s AS g "
+                         "(SELECT row_number() OVER () AS rn, to_jsonb(n) AS nj, %s AS g "
                          " FROM %s n) a JOIN "
                          "(SELECT row_number() OVER () AS rn, to_jsonb(o) AS oj FROM %s o) b "
                          "ON a.rn = b.rn",
-                         gcol ? "(n." : "NULL::text", gcol ? gcol : "", gcol ? ")::text" : "",
-                         quote_identifier(newtab), quote_identifier(oldtab));
+                         group_expr(gcol, "n"), quote_identifier(newtab),
+                         quote_identifier(oldtab));
     } else {
         bool is_new = newtab != nullptr;
         appendStringInfo(&rows,
-                         "SELECT row_number() OVER () AS rn, %s AS nj, %s AS oj, %s%s%s AS g "
+                         "SELECT row_number() OVER () AS rn, %s AS nj, %s AS oj, %s AS g "
                          "FROM %s r",
                          is_new ? "to_jsonb(r)" : "NULL::jsonb",
-                         is_new ? "NULL::jsonb" : "to_jsonb(r)", gcol ? "(r." : "NULL::text",
-                         gcol ? gcol : "", gcol ? ")::text" : "",
+                         is_new ? "NULL::jsonb" : "to_jsonb(r)", group_expr(gcol, "r"),
                          quote_identifier(is_new ? newtab : oldtab));
     }
 
