@@ -203,7 +203,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
         api::walk_kill_dead(&w);
         if (ncand == 0) continue;
-    // Under the locks: still pending and ready, the head of its group,
+        // Under the locks: still pending and ready, the head of its group,
         // and either never claimed or expired with attempts left. Nobody
         // else can change these items' claim rows before we commit.
         Snapshot snap = direct::latest();

@@ -222,7 +222,9 @@ bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_unti
 }
 
 namespace {
-// Queues whose hints moved past items claimed in the open transaction.
+// Queues whose hints moved past items claimed in the open transaction; on
+// abort they are forgotten, and so are the producers' cached queue ids (a
+// queue created by the aborted transaction is gone).
 constexpr int kMaxAdvanced = 16;
 int32 advanced_queues[kMaxAdvanced];
 int nadvanced;
@@ -230,7 +232,7 @@ bool advanced_overflow;
 Oid advanced_items;  // claim.items when they were noted
 
 // Called from transaction callbacks: must not raise.
-void forget_advanced() noexcept {
+void forget_on_abort() noexcept {
     try {
         producer_queues().clear();
         if (advanced_overflow) hints().forget_all();
@@ -243,9 +245,9 @@ void forget_advanced() noexcept {
     advanced_overflow = false;
 }
 
-void advanced_xact(XactEvent event, void *) {
+void on_xact_end(XactEvent event, void *) {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) {
-        forget_advanced();
+        forget_on_abort();
     } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
                event == XACT_EVENT_PREPARE) {
         nadvanced = 0;
@@ -253,15 +255,15 @@ void advanced_xact(XactEvent event, void *) {
     }
 }
 
-void advanced_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (event == SUBXACT_EVENT_ABORT_SUB) forget_advanced();
+void on_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) forget_on_abort();
 }
 
 void register_xact_callbacks() {
     static bool registered = false;
     if (!registered) {
-        RegisterXactCallback(advanced_xact, nullptr);
-        RegisterSubXactCallback(advanced_subxact, nullptr);
+        RegisterXactCallback(on_xact_end, nullptr);
+        RegisterSubXactCallback(on_subxact_end, nullptr);
         registered = true;
     }
 }

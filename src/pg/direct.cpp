@@ -5,11 +5,13 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/index.h"
+#include "catalog/pg_index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation_d.h"
 #include "commands/sequence.h"
@@ -81,13 +83,13 @@ IndexInfo *cached_index_info(Relation idx) {
         icache.estate = CreateExecutorState();
         MemoryContextSwitchTo(old);
     }
-    IndexInfo *probe = BuildIndexInfo(idx);
-    if (probe->ii_Expressions != NIL || icache.n == 16) return probe;
+    bool expressions = !heap_attisnull(idx->rd_indextuple, Anum_pg_index_indexprs, nullptr);
+    if (expressions || icache.n == 16) return BuildIndexInfo(idx);  // the caller's memory
     MemoryContext old = MemoryContextSwitchTo(icache.cxt);
     IndexInfo *ii = BuildIndexInfo(idx);
-    if (ii->ii_Predicate != NIL) ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, icache.estate);
+    if (ii->ii_Predicate != NIL)
+        ii->ii_PredicateState = ExecPrepareQual(ii->ii_Predicate, icache.estate);
     MemoryContextSwitchTo(old);
-    pfree(probe);
     icache.index[icache.n] = o;
     icache.info[icache.n++] = ii;
     return ii;
@@ -401,18 +403,23 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap) {
     return id;
 }
 
-int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
-                  Datum group_key, bool group_null, Datum payload) {
-    TupleTableSlot *slot = t->ins_slot;
+namespace {
+// ord is GENERATED ALWAYS AS (-priority) STORED: computed here as the
+// expression would (which raises for the one value it cannot negate).
+void check_priority(int32 priority) {
+    if (priority == PG_INT32_MIN)
+        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
+}
+
+// A new item's row in `slot`'s values (defaults filled in, ord computed, the
+// id drawn); returns the id. The caller checked the priority.
+int64 fill_item(TupleTableSlot *slot, int32 queue_id, int32 priority, Datum run_at,
+                bool run_at_null, Datum group_key, bool group_null, Datum payload) {
     clear_slot(slot);
     int64 id = nextval_internal(cat.item_id_seq, true);
     set_att(slot, cat.i_id, Int64GetDatum(id), false);
     set_att(slot, cat.i_queue, Int32GetDatum(queue_id), false);
     set_att(slot, cat.i_priority, Int32GetDatum(priority), false);
-    // ord is GENERATED ALWAYS AS (-priority) STORED: computed here as the
-    // expression would (which raises for the one value it cannot negate).
-    if (priority == PG_INT32_MIN)
-        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
     set_att(slot, cat.i_ord, Int32GetDatum(-priority), false);
     set_att(slot, cat.i_state, CharGetDatum('r'), false);
     set_att(slot, cat.i_run_at, run_at, run_at_null);
@@ -420,6 +427,15 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     set_att(slot, cat.i_failures, Int32GetDatum(0), false);
     set_att(slot, cat.i_group, group_key, group_null);
     set_att(slot, cat.i_payload, payload, false);
+    return id;
+}
+}  // namespace
+
+int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
+                  Datum group_key, bool group_null, Datum payload) {
+    check_priority(priority);
+    int64 id = fill_item(t->ins_slot, queue_id, priority, run_at, run_at_null, group_key,
+                         group_null, payload);
     insert_slot(t);
     return id;
 }
@@ -442,8 +458,7 @@ struct ItemBatch {
 };
 
 ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
-    if (priority == PG_INT32_MIN)
-        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
+    check_priority(priority);
     ItemBatch *b = (ItemBatch *)palloc0(sizeof(ItemBatch));
     b->t = t;
     b->queue_id = queue_id;
@@ -478,16 +493,8 @@ void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
     if (b->slots[b->n] == nullptr)
         b->slots[b->n] = MakeSingleTupleTableSlot(RelationGetDescr(t->items), &TTSOpsVirtual);
     TupleTableSlot *slot = b->slots[b->n];
-    clear_slot(slot);
-    set_att(slot, cat.i_id, Int64GetDatum(nextval_internal(cat.item_id_seq, true)), false);
-    set_att(slot, cat.i_queue, Int32GetDatum(b->queue_id), false);
-    set_att(slot, cat.i_priority, Int32GetDatum(b->priority), false);
-    set_att(slot, cat.i_ord, Int32GetDatum(-b->priority), false);
-    set_att(slot, cat.i_state, CharGetDatum('r'), false);
-    set_att(slot, cat.i_enq, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-    set_att(slot, cat.i_failures, Int32GetDatum(0), false);
-    set_att(slot, cat.i_group, group_key, group_null);
-    set_att(slot, cat.i_payload, payload, false);
+    (void)fill_item(slot, b->queue_id, b->priority, (Datum)0, true, group_key, group_null,
+                    payload);
     ExecStoreVirtualTuple(slot);
     b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
     if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);
