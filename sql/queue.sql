@@ -256,6 +256,41 @@ RESET ROLE;
 DROP OWNED BY regress_pgclaim_none, regress_pgclaim_app;
 DROP ROLE regress_pgclaim_none, regress_pgclaim_app;
 
+-- claim_next and complete are declared without SET search_path: the SQL they
+-- run on their rarer paths (the queue lookup, promotion of due items, items
+-- made dead, refusals) is pinned, so operators that shadow the built-ins on
+-- the caller's search_path are never called
+CREATE SCHEMA hostile_ops;
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['bigint', 'integer', 'text', 'timestamptz'] LOOP
+        EXECUTE format('CREATE FUNCTION hostile_ops.boom(%1$s, %1$s) RETURNS bool LANGUAGE plpgsql'
+                       ' AS $b$BEGIN RAISE EXCEPTION ''hostile operator called''; END$b$', t);
+        EXECUTE format('CREATE OPERATOR hostile_ops.= (LEFTARG = %1$s, RIGHTARG = %1$s,'
+                       ' FUNCTION = hostile_ops.boom)', t);
+        EXECUTE format('CREATE OPERATOR hostile_ops.<= (LEFTARG = %1$s, RIGHTARG = %1$s,'
+                       ' FUNCTION = hostile_ops.boom)', t);
+    END LOOP;
+END $$;
+SELECT claim.create_queue('hq', lease => '100 ms', max_attempts => 1);
+SELECT claim.enqueue('hq', '{"n": 1}', run_at => clock_timestamp() + interval '50 ms') > 0 AS scheduled;
+SELECT claim.enqueue('hq', '{"n": 2}') > 0 AS enqueued;
+SELECT pg_sleep(0.1);
+SET search_path = hostile_ops, pg_catalog, public;
+SELECT pg_temp.try($$SELECT 1::bigint = 1::bigint$$) AS hostile_is_active;
+SELECT payload, attempt FROM claim.claim_next('hq', n => 2) ORDER BY id;
+SELECT pg_sleep(0.2);
+SELECT count(*) AS claimed_after_expiry FROM claim.claim_next('hq');
+SELECT pg_temp.try($$SELECT claim.complete(9000000000000000000)$$) AS unknown_token;
+SELECT pg_temp.try($$SELECT claim.complete(ARRAY[9000000000000000000, 9000000000000000001])$$) AS unknown_tokens;
+SHOW search_path;
+RESET search_path;
+SELECT payload, last_error IS NULL AS no_error FROM claim.dead_items WHERE queue = 'hq' ORDER BY id;
+DROP SCHEMA hostile_ops CASCADE;
+SELECT claim.drop_queue('hq');
+
 -- privileges: admin functions are not for PUBLIC, tables are not either
 SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval)', 'EXECUTE') AS public_create,
        has_function_privilege('public', 'claim.drop_queue(text)', 'EXECUTE') AS public_drop,

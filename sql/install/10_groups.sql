@@ -63,7 +63,7 @@ WHERE (h.run_at IS NOT NULL AND h.run_at > pg_catalog.clock_timestamp())
 --   options: 'coalesce', 'priority=N', 'batch[=N]'. See docs/groups.md.
 -- It runs with the privileges of the role that changes the table: that role
 -- needs INSERT (and, with coalesce, UPDATE) on claim.items.
--- Declared without SET search_path, unlike every other function: it runs
+-- Declared without SET search_path, like claim_next and complete: it runs
 -- for every changed row, its common paths run no SQL and look nothing up by
 -- name, and setting a GUC on each call costs more than the rest of a
 -- single-row trigger call. The SQL it runs (coalescing) pins

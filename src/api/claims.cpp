@@ -170,6 +170,10 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     direct::ReadyScan *scan =
         direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true, scan_snap);
     bool exhausted = false;
+    // Scanning, probing and claiming write only WAL that needs no flush at
+    // commit (pruning, the token sequence) besides unlogged rows: forgotten,
+    // so a claim commits asynchronously. Items made dead are logged writes.
+    uint64 wal = pg::wal_mark();
     while (claimed < n && !exhausted) {
         int ncand = 0;
         while (claimed + ncand < n) {
@@ -201,7 +205,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             cand[ncand++] = id;
         }
 
+        pg::wal_forget(wal);
         api::walk_kill_dead(&w);
+        wal = pg::wal_mark();
         if (ncand == 0) continue;
         // Under the locks: still pending and ready, the head of its group,
         // and either never claimed or expired with attempts left. Nobody
@@ -243,6 +249,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     direct::ready_end(scan);
     direct::release(scan_snap);
     direct::close(t);
+    pg::wal_forget(wal);
     // Later statements of this transaction (and SPI below) see the claims.
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);

@@ -101,6 +101,9 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
     // The previous result is no longer needed (callers copy what they keep):
     // free it so that long waits do not accumulate result sets.
     if (SPI_tuptable != nullptr) SPI_freetuptable(SPI_tuptable);
+    // Names in the statement are resolved when it is prepared, and the plan
+    // cache prepares it again whenever search_path differs from then.
+    int pin = search_path_pinned() ? -1 : pin_search_path();
     if (s.plan == nullptr) {
         // Generic plans: the statements are short and run constantly; planning
         // them again for each call would cost more than any custom plan gains.
@@ -114,6 +117,7 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
     int rc = SPI_execute_snapshot(s.plan, values, nulls, GetLatestSnapshot(), InvalidSnapshot,
                                   false, true, limit);
     if (rc < 0) elog(ERROR, "pg_claim: SPI failed (%s) for: %s", SPI_result_code_string(rc), s.sql);
+    if (pin >= 0) unpin_search_path(pin);
     return SPI_processed;
 }
 
@@ -159,14 +163,28 @@ void unlock_lease(uint64 key) {
     (void)LockRelease(&tag, ExclusiveLock, false);
 }
 
+namespace {
+constexpr char kPinnedPath[] = "pg_catalog, pg_temp";
+}
+
+bool search_path_pinned() {
+    return namespace_search_path != nullptr && strcmp(namespace_search_path, kPinnedPath) == 0;
+}
+
 int pin_search_path() {
     int nest = NewGUCNestLevel();
-    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+    (void)set_config_option("search_path", kPinnedPath, PGC_USERSET, PGC_S_SESSION,
                             GUC_ACTION_SAVE, true, 0, false);
     return nest;
 }
 
 void unpin_search_path(int nest) { AtEOXact_GUC(true, nest); }
+
+uint64 wal_mark() { return XactLastRecEnd; }
+
+void wal_forget(uint64 mark) {
+    if (XactLastRecEnd > mark) XactLastRecEnd = mark;
+}
 
 void flush_token_wal() {
     Oid nsp = get_namespace_oid("claim", false);

@@ -94,8 +94,9 @@ struct Stmt {
 };
 
 // Execute with a fresh snapshot (the latest committed state, also under
-// REPEATABLE READ: our checks must see what other claimers committed).
-// Returns SPI_processed; results in SPI_tuptable.
+// REPEATABLE READ: our checks must see what other claimers committed), with
+// search_path pinned (see below). Returns SPI_processed; results in
+// SPI_tuptable.
 uint64 run(Stmt &s, Datum *values, const char *nulls, long limit = 0);
 
 // Column accessors on SPI_tuptable row `row` (1-based column numbers).
@@ -122,15 +123,34 @@ void unlock_lease(uint64 key);
 // again. Cheap when it already is (the usual case).
 void flush_token_wal();
 
+// --- commit durability ---------------------------------------------------------
+// A transaction that wrote WAL waits at commit until that WAL is on disk.
+// Some WAL needs no such wait: heap pruning and hint records written while
+// reading, and the token sequence's prefetch record (tokens are protected by
+// the jump at startup or by flush_token_wal, see shared.cpp). A claim writes
+// only such WAL besides its unlogged claim rows, so wrapping it in
+// wal_mark()/wal_forget() lets it commit asynchronously, as PostgreSQL
+// commits a read-only transaction that pruned a page. The commit record
+// still covers everything; WAL written before the mark or after
+// wal_forget() (the caller's own writes) is still waited for.
+uint64 wal_mark();
+void wal_forget(uint64 mark);
+
 // --- search_path -------------------------------------------------------------
 // The SQL the extension runs is written for search_path = pg_catalog,
-// pg_temp; functions declare it with SET search_path. A function whose
-// common path runs no SQL (claim.enqueue_trigger) is declared without it and
-// pins it around the SQL it does run: pin_search_path() returns the GUC nest
-// level to give to unpin_search_path(); an error on the way restores the
-// caller's search_path when the (sub)transaction aborts.
+// pg_temp; functions declare it with SET search_path. Functions called once
+// per row or per job whose common path runs no SQL and looks nothing up by
+// name (claim.enqueue_trigger, claim.claim_next, claim.complete) are declared
+// without it, since setting a GUC per call costs a few percent of their
+// throughput: run() pins it around every statement it prepares or executes,
+// and code that runs SQL otherwise pins it itself. pin_search_path() returns
+// the GUC nest level to give to unpin_search_path(); an error on the way
+// restores the caller's search_path when the (sub)transaction aborts.
 int pin_search_path();
 void unpin_search_path(int nest);
+// Whether search_path is the pinned one already (a function's SET clause or
+// an enclosing pin).
+bool search_path_pinned();
 
 }  // namespace pgclaim::pg
 
