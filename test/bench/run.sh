@@ -8,6 +8,8 @@
 #   BENCH_DURATION=15        seconds per measurement window (QUICK=1: 5)
 #   BENCH_PIN_DURATION=60    length of the pinned-xmin runs (QUICK=1: 20)
 #   BENCH_PIN_TAIL=15        the pinned figure is the mean tps over the last N seconds (QUICK=1: 5)
+#   BENCH_WINDOWS1=2         windows per side for workload 1, run as baseline, pg_claim, pg_claim,
+#                            baseline; each side's figure is their mean (QUICK=1: 1)
 #   BENCH_BACKLOG=1000000    ready items in the queue when a run starts (at least)
 #   BENCH_BASELINE_ONLY=1    run the baselines only (also automatic when pg_claim is not installed)
 #   BENCH_SETUP=1            run test/setup.sh first (build + install); default: only if needed
@@ -28,6 +30,7 @@ OUT=${BENCH_OUT:-$HERE/out}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then d_dur=5 d_pin=20 d_tail=5; else d_dur=15 d_pin=60 d_tail=15; fi
 DUR=${BENCH_DURATION:-$d_dur}
+WINDOWS1=${BENCH_WINDOWS1:-$([[ $QUICK == 1 ]] && echo 1 || echo 2)}
 PIN_DUR=${BENCH_PIN_DURATION:-$d_pin}
 PIN_TAIL=${BENCH_PIN_TAIL:-$d_tail}
 BACKLOG=${BENCH_BACKLOG:-1000000}
@@ -290,6 +293,13 @@ cat >"$S/update_ref.sql" <<'EOF'
 \set id random(1, 100000)
 UPDATE ref SET n = n + 1 WHERE id = :id;
 EOF
+# The least a job with two round trips and one durable commit can cost: a trivial statement
+# (in place of the claim) and a one-row UPDATE (in place of the completion).
+cat >"$S/durable_job_ref.sql" <<'EOF'
+\set id random(1, 100000)
+SELECT 1 AS one \gset
+UPDATE ref SET n = n + 1 WHERE id = :id;
+EOF
 cat >"$S/claim_batch.sql" <<EOF
 SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
 SELECT claim.complete(:tokens::bigint[]);
@@ -354,15 +364,33 @@ backlog_for() {
 # --------------------------------------------------------------------------- 1. claim + complete
 if want 1; then
 log "== 1. claim + complete, one item per call, $CLIENTS clients, backlog >= $BACKLOG"
-one_run base base_one "$CLIENTS" "$DUR" "$S/base_one.sql" "$BACKLOG"
-R[base_one]=$TPS
-if [[ $WITH_EXT == 1 ]]; then
-    one_run claim claim_one "$CLIENTS" "$DUR" "$S/claim_one.sql" "$BACKLOG"
-    R[claim_one]=$TPS
-fi
+# Windows in the order baseline, pg_claim, pg_claim, baseline (each from a fresh table or
+# queue): a drift of the machine over the run weighs on both sides alike. Each side's figure is
+# the mean of its windows.
+W1_ORDER=(base claim claim base)
+(( WINDOWS1 == 1 )) && W1_ORDER=(base claim)
+W1_LOG=
+declare -A W1_SUM W1_N
+for side in "${W1_ORDER[@]}"; do
+    [[ $side == claim && $WITH_EXT != 1 ]] && continue
+    k=$(( ${W1_N[$side]:-0} + 1 ))
+    name=${side}_one
+    (( ${#W1_ORDER[@]} > 2 )) && name=${side}_one_$k
+    one_run "$side" "$name" "$CLIENTS" "$DUR" "$S/${side}_one.sql" "$BACKLOG"
+    [[ -n ${R[${name}_invalid]:-} ]] && R[${side}_one_invalid]=1
+    W1_SUM[$side]=$(awk -v a="${W1_SUM[$side]:-0}" -v b="$TPS" 'BEGIN { print a + b }')
+    W1_N[$side]=$k
+    W1_LOG+="${W1_LOG:+, }$side $(fmt "$TPS")"
+done
+for side in base claim; do
+    [[ -n ${W1_N[$side]:-} ]] && R[${side}_one]=$(awk -v a="${W1_SUM[$side]}" -v n="${W1_N[$side]}" 'BEGIN { print a / n }')
+done
 settle
 run_pgbench update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
 R[update_ref]=$TPS
+settle
+run_pgbench durable_job_ref "$CLIENTS" "$DUR" "$S/durable_job_ref.sql"
+R[durable_job_ref]=$TPS
 fi
 
 # --------------------------------------------------------------------------- 2. pinned xmin
@@ -529,7 +557,9 @@ ratio_row() { # label claimkey basekey target unit
     want 3 && ratio_row "3. batched $BATCH, $BATCH_CLIENTS clients" claim_batch base_batch 1.5 "items/s"
     want 4 && ratio_row "4. enqueue, 1/txn, $CLIENTS clients" claim_enqueue base_insert 0.8 "items/s"
     echo
+    want 1 && echo "1. windows in run order (jobs/s): $W1_LOG"
     want 1 && echo "reference: one-row UPDATE per transaction, $CLIENTS clients: $(fmt "${R[update_ref]}") tps"
+    want 1 && echo "reference: a job of a trivial SELECT and a one-row UPDATE (two round trips, one durable commit): $(fmt "${R[durable_job_ref]}") jobs/s; pg_claim's claim+complete reaches $(fdiv "${R[claim_one]:-0}" "${R[durable_job_ref]}") of it, 2.0x the baseline would be $(fdiv "$(awk -v b="${R[base_one]}" 'BEGIN { print 2 * b }')" "${R[durable_job_ref]}") of it"
     [[ -n $pc ]] && echo "pinned run, pg_claim vs baseline over the last ${PIN_TAIL}s: $(fdiv "$pc" "$pb")x"
     want 2 && echo "pinned run, first ${PIN_TAIL}s: pg_claim $(fmt "${R[claim_pinned_first]:-}"), baseline $(fmt "${R[base_pinned_first]}") jobs/s"
     fills="fill times (s):"
