@@ -124,7 +124,9 @@ struct ClaimArgs {
 // The head is locked by the caller. Adds the following ready items of its
 // group, claims them all under one token, emits the rows. Returns how many
 // were claimed (0: the head was not claimable after all; it is unlocked).
-int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null) {
+// *wal is the caller's pg::wal_mark(): items made dead on the way are
+// logged writes, kept.
+int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint64 *wal) {
     int cap = a.max_items < 64 ? a.max_items : 64;
     int64 *cand = (int64 *)palloc(sizeof(int64) * cap);
     int ncand = 0;
@@ -158,7 +160,9 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null) {
             cand[ncand++] = id;
         }
         SPI_freetuptable(t);
+        pg::wal_forget(*wal);
         api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        *wal = pg::wal_mark();
     }
 
     Datum cv[5] = {api::int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
@@ -187,24 +191,34 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null) {
 }
 
 // Claim the named group if its head is ready and free.
+// Reading and claiming write only WAL that needs no flush at commit besides
+// unlogged rows (see claim_round in claims.cpp): forgotten between
+// pg::wal_mark() and pg::wal_forget(), so that a group claim commits
+// asynchronously. Items made dead are logged writes and stay outside.
 int claim_named_group(const ClaimArgs &a, Datum gkey) {
+    uint64 wal = pg::wal_mark();
+    int claimed = 0;
     for (int round = 0; round < 8; ++round) {
         Datum v[2] = {Int32GetDatum(a.q->queue_id), gkey};
-        if (pg::run(s_group_head, v, nullptr) == 0) return 0;
+        if (pg::run(s_group_head, v, nullptr) == 0) break;
         bool isnull, lease_null;
         int64 head = pg::col_int64(0, 1);
-        if (!DatumGetBool(pg::col(0, 2, &isnull))) return 0;  // scheduled
+        if (!DatumGetBool(pg::col(0, 2, &isnull))) break;  // scheduled
         TimestampTz lu = DatumGetTimestampTz(pg::col(0, 3, &lease_null));
-        if (!lease_null && lu > a.now) return 0;  // claimed
+        if (!lease_null && lu > a.now) break;  // claimed
         if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
-            if (!pg::lock_item(head, false)) return 0;
+            if (!pg::lock_item(head, false)) break;
+            pg::wal_forget(wal);
             api::kill_expired(&head, 1, a.now, a.q->max_attempts);
+            wal = pg::wal_mark();
             continue;  // the next item is the head now
         }
-        if (!pg::lock_item(head, false)) return 0;  // another claimer is on it
-        return take_group(a, head, gkey, false);
+        if (!pg::lock_item(head, false)) break;  // another claimer is on it
+        claimed = take_group(a, head, gkey, false, &wal);
+        break;
     }
-    return 0;
+    pg::wal_forget(wal);
+    return claimed;
 }
 
 // Walk the ready items in delivery order; claim the group of the first free head.
@@ -220,6 +234,7 @@ int claim_first_group(const ClaimArgs &a) {
     Snapshot snap = direct::latest();
     direct::ReadyScan *scan =
         direct::ready_begin(t, qid, w.from_head ? nullptr : &w.start, true, snap);
+    uint64 wal = pg::wal_mark();  // see claim_named_group
     while (claimed == 0) {
         int64 id;
         int32 ord;
@@ -234,12 +249,15 @@ int claim_first_group(const ClaimArgs &a) {
         if (!gk_null && direct::group_has_earlier(t, qid, gk, id, snap)) continue;  // not the head
         if (!pg::lock_item(id, false)) continue;  // someone else is on it
         Datum gcopy = gk_null ? (Datum)0 : datumCopy(gk, false, -1);
+        pg::wal_forget(wal);
         api::walk_kill_dead(&w);
-        claimed = take_group(a, id, gcopy, gk_null);
+        wal = pg::wal_mark();
+        claimed = take_group(a, id, gcopy, gk_null, &wal);
     }
     direct::ready_end(scan);
     direct::release(snap);
     direct::close(t);
+    pg::wal_forget(wal);
     api::walk_end(&w);
     return claimed;
 }

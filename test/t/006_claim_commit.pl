@@ -62,6 +62,18 @@ cmp_ok($n, '<=', 2, "300 claim transactions flush the WAL at most twice ($n)");
 is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.claimed_items'),
 	'301', 'the 300 claims (and the first) are there');
 
+# Group claims too: 200 groups of two items, one group_claim each.
+$node->safe_psql('postgres', q{SELECT claim.create_queue('gq', lease => '1 hour')});
+$node->safe_psql('postgres',
+	q{SELECT count(*) FROM claim.enqueue_batch('gq', array_fill('{}'::jsonb, ARRAY[400]),
+	    ARRAY(SELECT (g % 200)::text FROM generate_series(1, 400) g))});
+$node->safe_psql('postgres', 'CHECKPOINT');
+$n = syncs_of(join "\n",
+	map { q{SELECT count(*) FROM claim.group_claim('gq');} } 1 .. 200);
+cmp_ok($n, '<=', 2, "200 group claims flush the WAL at most twice ($n)");
+is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.claimed_items WHERE queue = 'gq'}),
+	'400', 'the 200 group claims took both items of every group');
+
 # The same claims in transactions that also write a logged row, before or
 # after claiming: each waits for its flush.
 $n = syncs_of(join "\n",
