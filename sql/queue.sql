@@ -280,6 +280,11 @@ SELECT claim.enqueue('hq', '{"n": 2}') > 0 AS enqueued;
 SELECT pg_sleep(0.1);
 SET search_path = hostile_ops, pg_catalog, public;
 SELECT pg_temp.try($$SELECT 1::bigint = 1::bigint$$) AS hostile_is_active;
+SELECT claim.create_queue('hq2');
+SELECT claim.enqueue('hq2', '{"n": 3}', dedup_key => 'k') OPERATOR(pg_catalog.=) claim.enqueue('hq2', '{"n": 4}', dedup_key => 'k') AS dedup_same_id;
+SELECT claim.enqueue('hq2', '{"n": 5}') > 0 AS enqueued_new_queue;
+SELECT pg_temp.try($$SELECT claim.enqueue('no_such_queue', '{}')$$) AS unknown_queue;
+SELECT pg_temp.try($$SELECT claim.enqueue('no_such_queue', '{}', dedup_key => 'k')$$) AS unknown_queue_dedup;
 SELECT payload, attempt FROM claim.claim_next('hq', n => 2) ORDER BY id;
 SELECT pg_sleep(0.2);
 SELECT count(*) AS claimed_after_expiry FROM claim.claim_next('hq');
@@ -289,7 +294,9 @@ SHOW search_path;
 RESET search_path;
 SELECT payload, last_error IS NULL AS no_error FROM claim.dead_items WHERE queue = 'hq' ORDER BY id;
 DROP SCHEMA hostile_ops CASCADE;
+SELECT payload FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'hq2' ORDER BY id;
 SELECT claim.drop_queue('hq');
+SELECT claim.drop_queue('hq2');
 
 -- privileges: admin functions are not for PUBLIC, tables are not either
 SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval)', 'EXECUTE') AS public_create,

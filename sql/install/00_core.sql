@@ -3,8 +3,8 @@
 -- sql/install/*.sql in file-name order by the Makefile.
 --
 -- Security: every object is schema-qualified, every function pins
--- search_path (claim_next, complete and enqueue_trigger pin it around the
--- SQL they run instead, see below), nothing uses CREATE OR REPLACE, and
+-- search_path (enqueue, claim_next, complete and enqueue_trigger pin it
+-- around the SQL they run instead, see below), nothing uses CREATE OR REPLACE, and
 -- admin functions are revoked from PUBLIC at the end of the script.
 
 \echo Use "CREATE EXTENSION pg_claim" to load this file. \quit
@@ -129,6 +129,8 @@ AS 'MODULE_PATHNAME', 'pgclaim_drop_queue';
 -- Producers
 -- ---------------------------------------------------------------------------
 
+-- Declared without SET search_path, like claim_next and complete (see
+-- there): it runs once per job, and only its dedup path runs SQL, pinned.
 CREATE FUNCTION claim.enqueue(queue text,
                               payload jsonb DEFAULT '{}',
                               group_key text DEFAULT NULL,
@@ -137,7 +139,6 @@ CREATE FUNCTION claim.enqueue(queue text,
                               dedup_key text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE c VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_enqueue';
 
 CREATE FUNCTION claim.enqueue_batch(queue text,

@@ -140,7 +140,8 @@ void wal_forget(uint64 mark);
 // The SQL the extension runs is written for search_path = pg_catalog,
 // pg_temp; functions declare it with SET search_path. Functions called once
 // per row or per job whose common path runs no SQL and looks nothing up by
-// name (claim.enqueue_trigger, claim.claim_next, claim.complete) are declared
+// name (claim.enqueue, claim.enqueue_trigger, claim.claim_next,
+// claim.complete) are declared
 // without it, since setting a GUC per call costs a few percent of their
 // throughput: run() pins it around every statement it prepares or executes,
 // and code that runs SQL otherwise pins it itself. pin_search_path() returns
