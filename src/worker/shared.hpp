@@ -108,6 +108,7 @@ extern bool guc_worker_enabled;
 extern int guc_worker_naptime_ms;
 extern int guc_max_databases;
 extern bool guc_notify;
+extern int guc_lease_purge_after_s;  // -1: off
 
 // wakeup.cpp
 uint32 bucket_of(Oid db, int kind, int64 key);

@@ -60,6 +60,7 @@ bool guc_worker_enabled = true;
 int guc_worker_naptime_ms = 1000;
 int guc_max_databases = 16;
 bool guc_notify = true;
+int guc_lease_purge_after_s = 3600;
 
 namespace {
 
@@ -354,6 +355,30 @@ Stmt s_lease_expired = {
 Stmt s_lease_next = {"SELECT min(expires_at) FROM claim.lease_holders WHERE expires_at > $1", 1,
                      {TIMESTAMPTZOID}, nullptr};
 
+// Holdings released or expired more than $1 ago (never a live one), at most
+// kPurgeBatch per round, as claim.lease_purge(). A holder granted, renewed
+// or released meanwhile is a new row version with another ctid: the DELETE
+// re-checks the join on it and leaves it.
+constexpr int64 kPurgeBatch = 10000;
+Stmt s_lease_purge = {
+    "WITH cand AS ("
+    "  SELECT h.ctid FROM claim.lease_holders h"
+    "  WHERE h.expires_at < $1"
+    "     OR (h.acquired_at < $1 AND EXISTS ("
+    "          SELECT 1 FROM claim.lease_released r"
+    "          WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token))"
+    "  LIMIT 10000"
+    "), d AS ("
+    "  DELETE FROM claim.lease_holders h USING cand WHERE h.ctid = cand.ctid"
+    "  RETURNING h.name, h.slot"
+    "), r AS ("
+    "  DELETE FROM claim.lease_released r USING d WHERE r.name = d.name AND r.slot = d.slot"
+    ") SELECT count(*)::int8 FROM d",
+    1, {TIMESTAMPTZOID}, nullptr};
+
+// When the last purge round ran (this worker process).
+TimestampTz last_purge = 0;
+
 bool have_leases() {
     Oid nsp = get_namespace_oid("claim", true);
     return OidIsValid(nsp) && OidIsValid(get_relname_relid("lease_holders", nsp));
@@ -472,6 +497,22 @@ TimestampTz cycle(bool full, TimestampTz *last_expiry, TimestampTz next_due) {
             bool isnull;
             Datum t = pg::col(0, 1, &isnull);
             if (!isnull && DatumGetTimestampTz(t) < next) next = DatumGetTimestampTz(t);
+            // (d) rows of holdings that ended more than lease_purge_after
+            //     ago, looked for once a minute (or once per
+            //     lease_purge_after when that is shorter, at least 1 s).
+            if (guc_lease_purge_after_s >= 0) {
+                int64 after_us = (int64)guc_lease_purge_after_s * USECS_PER_SEC;
+                int64 every_us = after_us < 60 * USECS_PER_SEC ? after_us : 60 * USECS_PER_SEC;
+                if (every_us < USECS_PER_SEC) every_us = USECS_PER_SEC;
+                if (now - last_purge >= every_us) {
+                    Datum pv[1] = {TimestampTzGetDatum(now - after_us)};
+                    pg::run(s_lease_purge, pv, nullptr);
+                    int64 purged = pg::col_int64(0, 1);
+                    // A full batch: more are waiting, go on at the next round.
+                    last_purge = purged >= kPurgeBatch ? 0 : now;
+                    if (purged >= kPurgeBatch) next = now;
+                }
+            }
         }
         *last_expiry = now;
         // (d) when to look again.
@@ -715,6 +756,13 @@ void define_gucs() {
         "pg_claim.max_databases", "How many databases pg_claim workers serve at once.",
         "Each served database uses one background worker slot (max_worker_processes).",
         &guc_max_databases, 16, 0, kMaxDbSlots, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.lease_purge_after",
+        "Rows of lease holdings that ended longer ago than this are deleted by the worker.",
+        "Checked once a minute, 10000 rows at a time; -1 keeps them (claim.lease_purge() "
+        "deletes them on demand).",
+        &guc_lease_purge_after_s, 3600, -1, 366 * 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
     DefineCustomBoolVariable(
         "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",
         "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,
