@@ -141,12 +141,12 @@ void wal_forget(uint64 mark);
 // pg_temp; functions declare it with SET search_path. Functions called once
 // per row or per job whose common path runs no SQL and looks nothing up by
 // name (claim.enqueue, claim.enqueue_trigger, claim.claim_next,
-// claim.complete) are declared
-// without it, since setting a GUC per call costs a few percent of their
-// throughput: run() pins it around every statement it prepares or executes,
-// and code that runs SQL otherwise pins it itself. pin_search_path() returns
-// the GUC nest level to give to unpin_search_path(); an error on the way
-// restores the caller's search_path when the (sub)transaction aborts.
+// claim.complete) are declared without it, since setting a GUC per call
+// costs a few percent of their throughput: run() pins it around every
+// statement it prepares or executes, and code that runs SQL otherwise pins
+// it itself. pin_search_path() returns the GUC nest level to give to
+// unpin_search_path(); an error on the way restores the caller's
+// search_path when the (sub)transaction aborts.
 int pin_search_path();
 void unpin_search_path(int nest);
 // Whether search_path is the pinned one already (a function's SET clause or

@@ -367,14 +367,14 @@ Stmt s_lease_purge = {
     "     OR (h.acquired_at < $1 AND EXISTS ("
     "          SELECT 1 FROM claim.lease_released r"
     "          WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token))"
-    "  LIMIT 10000"
+    "  LIMIT $2"
     "), d AS ("
     "  DELETE FROM claim.lease_holders h USING cand WHERE h.ctid = cand.ctid"
     "  RETURNING h.name, h.slot"
     "), r AS ("
     "  DELETE FROM claim.lease_released r USING d WHERE r.name = d.name AND r.slot = d.slot"
     ") SELECT count(*)::int8 FROM d",
-    1, {TIMESTAMPTZOID}, nullptr};
+    2, {TIMESTAMPTZOID, INT8OID}, nullptr};
 
 // When the last purge round ran (this worker process).
 TimestampTz last_purge = 0;
@@ -505,7 +505,8 @@ TimestampTz cycle(bool full, TimestampTz *last_expiry, TimestampTz next_due) {
                 int64 every_us = after_us < 60 * USECS_PER_SEC ? after_us : 60 * USECS_PER_SEC;
                 if (every_us < USECS_PER_SEC) every_us = USECS_PER_SEC;
                 if (now - last_purge >= every_us) {
-                    Datum pv[1] = {TimestampTzGetDatum(now - after_us)};
+                    Datum pv[2] = {TimestampTzGetDatum(now - after_us),
+                                   Int64GetDatum(kPurgeBatch)};
                     pg::run(s_lease_purge, pv, nullptr);
                     int64 purged = pg::col_int64(0, 1);
                     // A full batch: more are waiting, go on at the next round.
