@@ -31,6 +31,7 @@ QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then d_dur=5 d_pin=20 d_tail=5; else d_dur=15 d_pin=60 d_tail=15; fi
 DUR=${BENCH_DURATION:-$d_dur}
 WINDOWS1=${BENCH_WINDOWS1:-$([[ $QUICK == 1 ]] && echo 1 || echo 2)}
+[[ $WINDOWS1 == 1 || $WINDOWS1 == 2 ]] || { echo "BENCH_WINDOWS1 must be 1 or 2" >&2; exit 2; }
 PIN_DUR=${BENCH_PIN_DURATION:-$d_pin}
 PIN_TAIL=${BENCH_PIN_TAIL:-$d_tail}
 BACKLOG=${BENCH_BACKLOG:-1000000}
