@@ -48,6 +48,7 @@ $node->reload;
 ok( $node->poll_query_until(
 		'postgres', q{SELECT current_setting('pg_claim.lease_purge_after') = '-1'}),
 	'setting reloaded');
+sleep 1;    # the worker reloads at its next round (naptime 100 ms)
 $node->safe_psql('postgres', q{SELECT claim.lease_acquire('kept', '100 ms')});
 sleep 3;
 is( $node->safe_psql(
