@@ -61,7 +61,7 @@ struct DbSlot {
     int32 notify_queues[kNotifyQueues];
     pg_atomic_uint32 notify_pending;
     // Statistics (written by the worker only).
-    uint64 cycles, promoted, expired, killed, notifies;
+    uint64 cycles, promoted, expired, killed, notifies, purged;
 };
 
 // Where claim scans of one queue may start (see frontier.hpp). The key

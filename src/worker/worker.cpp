@@ -132,7 +132,7 @@ int add_slot_locked(Oid db, TimestampTz now) {
         s->nnotify = 0;
         s->notify_all = false;
         pg_atomic_write_u32(&s->notify_pending, 0);
-        s->cycles = s->promoted = s->expired = s->killed = s->notifies = 0;
+        s->cycles = s->promoted = s->expired = s->killed = s->notifies = s->purged = 0;
         return i;
     }
     return -1;
@@ -509,6 +509,7 @@ TimestampTz cycle(bool full, TimestampTz *last_expiry, TimestampTz next_due) {
                                    Int64GetDatum(kPurgeBatch)};
                     pg::run(s_lease_purge, pv, nullptr);
                     int64 purged = pg::col_int64(0, 1);
+                    slot->purged += purged;
                     // A full batch: more are waiting, go on at the next round.
                     last_purge = purged >= kPurgeBatch ? 0 : now;
                     if (purged >= kPurgeBatch) next = now;
@@ -910,7 +911,7 @@ void pgclaim_worker_main(Datum arg) {
 
 // claim.worker_status(): one row per database the launcher knows of.
 //   (datid oid, pid int, state text, rounds bigint, promoted bigint,
-//    expired bigint, killed bigint, notifies bigint)
+//    expired bigint, killed bigint, notifies bigint, purged bigint)
 // Empty without the preload. Reads the registry under the lock, copies it,
 // and builds the rows after releasing it.
 extern "C" Datum pgclaim_worker_status(PG_FUNCTION_ARGS) {
@@ -925,8 +926,8 @@ extern "C" Datum pgclaim_worker_status(PG_FUNCTION_ARGS) {
     for (int i = 0; i < kMaxDbSlots; ++i) {
         const DbSlot &s = copy[i];
         if (s.db == InvalidOid) continue;
-        Datum v[8];
-        bool nulls[8] = {false, s.pid == 0, false, false, false, false, false, false};
+        Datum v[9];
+        bool nulls[9] = {false, s.pid == 0, false, false, false, false, false, false, false};
         v[0] = ObjectIdGetDatum(s.db);
         v[1] = Int32GetDatum(s.pid);
         v[2] = CStringGetTextDatum(names[(int)s.state]);
@@ -935,6 +936,7 @@ extern "C" Datum pgclaim_worker_status(PG_FUNCTION_ARGS) {
         v[5] = Int64GetDatum((int64)s.expired);
         v[6] = Int64GetDatum((int64)s.killed);
         v[7] = Int64GetDatum((int64)s.notifies);
+        v[8] = Int64GetDatum((int64)s.purged);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     }
     return (Datum)0;

@@ -32,6 +32,8 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.lease_holders'),
 ok( $node->poll_query_until(
 		'postgres', q{SELECT count(*) = 2 FROM claim.lease_holders}),
 	'the worker deleted the ended holdings');
+cmp_ok($node->safe_psql('postgres', 'SELECT sum(purged) FROM claim.worker_status()'),
+	'>=', 3, 'claim.worker_status() counts the rows it deleted');
 is( $node->safe_psql(
 		'postgres', q{SELECT string_agg(name, ',' ORDER BY name) FROM claim.leases}),
 	'live,sem', 'live holders are kept');
