@@ -1,6 +1,7 @@
 # PGXS build of the pg_claim extension.
 #   make && make install          build and install (as root)
 #   make installcheck             pg_regress + isolation against a temp instance
+#   make prove_installcheck       the TAP tests (test/t) against the installed extension
 # The full test suite (all layers) is test/run-tests.sh; see README.md.
 
 EXTENSION    = pg_claim
@@ -13,13 +14,16 @@ PG_CONFIG   ?= pg_config
 SRCS = $(sort $(wildcard src/core/*.cpp src/pg/*.cpp src/api/*.cpp src/worker/*.cpp))
 OBJS = $(SRCS:.cpp=.o)
 
-# The install script is assembled from its parts so that each SQL surface has
-# its own file; the generated script is what gets installed.
-INSTALL_PARTS = $(sort $(wildcard sql/install/*.sql))
-DATA_built   = sql/pg_claim--0.1.0.sql
+# Install and upgrade scripts. A released script is never edited: 0.1.0 is
+# installed as released, and everything since is in the upgrade script. A
+# fresh CREATE EXTENSION of the default version runs 0.1.0 and then the
+# upgrade (PostgreSQL chains them), so a fresh install and an updated one are
+# the same by construction; TAP test 007_upgrade compares their catalogs.
+DATA         = sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql
 
-REGRESS      = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/pg_claim--%,$(wildcard sql/*.sql))))
-REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf
+# Regression inputs test/sql/*.sql, outputs test/expected/*.out.
+REGRESS      = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf --inputdir=test
 
 ISOLATION      = $(sort $(patsubst test/isolation/specs/%.spec,%,$(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=test/regress.conf \
@@ -32,13 +36,15 @@ SHLIB_LINK   = -lstdc++
 # No LLVM bitcode for the C++ sources: the JIT gains nothing from it here.
 override with_llvm = no
 
-EXTRA_CLEAN  = sql/pg_claim--0.1.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
+# TAP tests under test/t (make prove_installcheck, against the installed
+# extension).
+TAP_TESTS    = 1
+PROVE_TESTS  = test/t/*.pl
+
+EXTRA_CLEAN  = output_iso tmp_check tmp_check_iso results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
-
-sql/pg_claim--0.1.0.sql: $(INSTALL_PARTS)
-	cat $^ > $@
 
 # Every object depends on the headers of its layer and below.
 $(OBJS): $(wildcard src/core/*.hpp src/pg/*.hpp src/api/*.hpp src/worker/*.hpp)
