@@ -8,7 +8,7 @@
 # 2. Copies the built tree to a scratch directory owned by pgclaim, so the
 #    checkout stays untouched and the servers never run as root.
 # 3. Runs every layer, each with its own throwaway cluster(s):
-#      regress    pg_regress over the Makefile's REGRESS list (sql/ -> expected/)
+#      regress    pg_regress over the Makefile's REGRESS list (test/sql -> test/expected)
 #      isolation  pg_isolation_regress over test/isolation/specs/*.spec
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest
@@ -282,13 +282,13 @@ run_tap_layer() {
 run_unit_layer() {
     local build="$TREE/build/cmake" log="$LOGS/unit.log" blog="$LOGS/unit-build.log" rc line
     local unit_start=$SECONDS
-    # Configure and build everything (core library, unit tests, the extension
-    # module, bench tools); keep going past errors so the unit tests still run
-    # when only another target is broken. A failed build counts as one failure.
+    # Configure and build the core library and the unit tests; keep going
+    # past errors so the unit tests still run when only another target is
+    # broken. A failed build counts as one failure.
     (cd "$TREE" && as_user timeout -k 10 "$LAYER_TIMEOUT" bash -c '
-        cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_CONFIG="$2" || exit 1
+        cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo || exit 1
         cmake --build "$1" -j2 -- -k
-        ' _ "$build" "$PG_CONFIG") >"$blog" 2>&1
+        ' _ "$build") >"$blog" 2>&1
     rc=$?
     if (( rc != 0 )); then
         grep -E -B2 -A6 'error|Error|CMake Error' "$blog" | head -n 80
