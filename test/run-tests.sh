@@ -33,6 +33,7 @@
 #   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
 #   PGCLAIM_LAYERS         layers to run, space-separated  (default: all)
 #   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
+#   PGCLAIM_TAP            TAP files to run, by name prefix (e.g. "007 101"; default: all)
 set -uo pipefail   # no -e: a failing layer must not stop the others
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -228,6 +229,13 @@ run_tap_layer() {
     local files=() f log rc ok nok
     shopt -s nullglob
     files=("$TREE"/test/t/*.pl)
+    if [[ -n "${PGCLAIM_TAP:-}" ]]; then
+        local pick=() want
+        for want in $PGCLAIM_TAP; do
+            for f in "${files[@]}"; do [[ $(basename "$f") == $want* ]] && pick+=("$f"); done
+        done
+        files=("${pick[@]}")
+    fi
     shopt -u nullglob
     if (( ${#files[@]} == 0 )); then
         echo "no TAP tests found"

@@ -26,8 +26,10 @@ $node->start;
 
 is($node->safe_psql('postgres', q{SELECT claim.lease_acquire('acct:42', '1 hour', 'host-b') IS NULL}),
 	't', 'the mutex is still held after the crash');
-$node->safe_psql('postgres', "SELECT claim.lease_assert('acct:42', $t1)");
-pass('the holder\'s token still asserts after the crash');
+my ($assert_rc, $assert_out, $assert_err) =
+	$node->psql('postgres', "SELECT claim.lease_assert('acct:42', $t1)");
+is($assert_rc, 0, 'the holder\'s token still asserts after the crash');
+is($assert_err, '', '... with no error');
 my $t3 = $node->safe_psql('postgres', q{SELECT claim.lease_acquire('sem', '1 hour', permits => 2)});
 ok(defined $t3 && $t3 ne '', 'the semaphore\'s second permit is free');
 cmp_ok($t3, '>', $t2, 'a token granted after the crash is higher than every earlier one');
