@@ -1,0 +1,113 @@
+# test/soak/cluster.sh — sourced by the hardening scripts (test/soak.sh,
+# test/sqlsmith.sh, test/valgrind.sh, test/memory_flat.sh).
+#
+# Gives each script a throwaway cluster owned by the unprivileged OS user
+# (PGCLAIM_USER, default pgclaim) on a free port with a unix socket in its own
+# directory, and helpers to install missing Debian packages.
+#
+# After `cluster_init NAME`:
+#   $CL_DIR      scratch directory (owned by the user), removed by cluster_cleanup
+#   $CL_DATA     data directory
+#   $CL_LOG      server log
+#   $CL_PORT     port
+#   as_user CMD  run CMD as the user with PostgreSQL's bin directory first in PATH
+#   psql_cl ...  psql on the cluster (database $CL_DB, default postgres), no ~/.psqlrc
+#   cluster_start / cluster_stop [mode] / cluster_crash
+# The caller sets `trap cluster_cleanup EXIT` (or calls it from its own trap).
+
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+RUN_USER="${PGCLAIM_USER:-pgclaim}"
+CL_DB=${CL_DB:-postgres}
+
+# need_packages PKG...: apt-get install what is missing (apt-get update first).
+need_packages() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    (( ${#missing[@]} == 0 )) && return 0
+    echo "installing: ${missing[*]}"
+    local try
+    for try in 1 2 3 4 5 6; do
+        # another apt-get may hold the dpkg lock: wait and try again
+        if DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 10
+    done
+    echo "could not install ${missing[*]}" >&2
+    return 1
+}
+
+ensure_user() {
+    id "$RUN_USER" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$RUN_USER"
+}
+
+# free_port: a random port in 20000-40000 that nothing listens on.
+free_port() {
+    local p i
+    for i in $(seq 1 50); do
+        p=$(( 20000 + RANDOM % 20000 ))
+        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q . &&
+           ! ls /tmp/.s.PGSQL."$p" >/dev/null 2>&1 &&
+           ! ls /var/run/postgresql/.s.PGSQL."$p" >/dev/null 2>&1; then
+            echo "$p"; return 0
+        fi
+    done
+    return 1
+}
+
+as_user() { runuser -u "$RUN_USER" -- env HOME="$CL_DIR" PATH="$PG_BIN:$PATH" "$@"; }
+psql_cl() { as_user psql -X -q -v ON_ERROR_STOP=1 -h "$CL_DIR" -p "$CL_PORT" -d "$CL_DB" "$@"; }
+
+# cluster_init NAME [extra postgresql.conf lines on stdin]
+cluster_init() {
+    ensure_user
+    CL_DIR="$(mktemp -d "/tmp/pg_claim-$1.XXXXXX")"
+    CL_DATA="$CL_DIR/data"
+    CL_LOG="$CL_DIR/server.log"
+    CL_PORT="$(free_port)"
+    chown "$RUN_USER:" "$CL_DIR"
+    chmod 755 "$CL_DIR"
+    as_user initdb -D "$CL_DATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
+    {
+        echo "# pg_claim hardening: $1"
+        echo "port = $CL_PORT"
+        echo "listen_addresses = ''"
+        echo "unix_socket_directories = '$CL_DIR'"
+        echo "shared_preload_libraries = 'pg_claim'"
+        echo "fsync = off"
+        echo "log_line_prefix = '%m [%p] '"
+        if [[ ! -t 0 ]]; then cat; fi
+    } >>"$CL_DATA/postgresql.conf"
+}
+
+cluster_start() {
+    as_user pg_ctl -D "$CL_DATA" -l "$CL_LOG" -w -t "${CL_START_TIMEOUT:-120}" start >/dev/null
+}
+
+cluster_stop() {
+    [[ -n "${CL_DATA:-}" && -f "$CL_DATA/postmaster.pid" ]] || return 0
+    as_user pg_ctl -D "$CL_DATA" -w -t "${CL_STOP_TIMEOUT:-60}" stop -m "${1:-fast}" >/dev/null 2>&1 ||
+        as_user pg_ctl -D "$CL_DATA" stop -m immediate >/dev/null 2>&1 || true
+}
+
+# cluster_crash: an immediate shutdown (no checkpoint: crash recovery at the
+# next start, unlogged tables emptied) and a start.
+cluster_crash() {
+    as_user pg_ctl -D "$CL_DATA" -w stop -m immediate >/dev/null 2>&1 || true
+    cluster_start
+}
+
+# cluster_cleanup: stop the server; remove the directory unless CL_KEEP=1.
+cluster_cleanup() {
+    cluster_stop fast
+    if [[ -n "${CL_DIR:-}" && -d "$CL_DIR" ]]; then
+        if [[ "${CL_KEEP:-0}" == 1 ]]; then
+            echo "kept: $CL_DIR"
+        else
+            rm -rf "$CL_DIR"
+        fi
+    fi
+}
