@@ -8,10 +8,10 @@ EXTENSION    = pg_claim
 MODULE_big   = pg_claim
 PG_CONFIG   ?= pg_config
 
-# Layers: src/core is pure C++ (never includes postgres.h), src/pg is the only
-# place that talks to server internals, src/api has one file per SQL surface,
-# src/worker holds the background worker and its shared memory.
-SRCS = $(sort $(wildcard src/core/*.cpp src/pg/*.cpp src/api/*.cpp src/worker/*.cpp))
+# Layers, each including only the ones before it (README.md, "Layout"):
+# src/core, src/pg, src/shmem, src/api, src/worker, then src/module.cpp.
+LAYERS = core pg shmem api worker
+SRCS = $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cpp))) src/module.cpp
 OBJS = $(SRCS:.cpp=.o)
 
 # Install and upgrade scripts. A released script is never edited: 0.1.0 is
@@ -46,5 +46,5 @@ EXTRA_CLEAN  = output_iso tmp_check tmp_check_iso results regression.diffs regre
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Every object depends on the headers of its layer and below.
-$(OBJS): $(wildcard src/core/*.hpp src/pg/*.hpp src/api/*.hpp src/worker/*.hpp)
+# Every object depends on the headers of every layer.
+$(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))

@@ -16,7 +16,7 @@
 #include "api/hints.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -285,12 +285,8 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     api::before_tokens();
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {
-        if (claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0)
-            break;
-        TimestampTz now = pg::clock_now();
-        if (now >= deadline) break;
-        worker::wait_for(worker::WaitKind::Queue, q.queue_id,
-                         (long)((deadline - now + 999) / 1000));
+        if (claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0) break;
+        if (!api::wait_for_items(q.queue_id, deadline)) break;
     }
     SPI_finish();
     return (Datum)0;
@@ -445,8 +441,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     }
     if (!live) refuse(token);
     Datum fv[6] = {Int64GetDatum(token),
-                   api::int8_array(ids, (int)n),
-                   api::int8_array(delays, (int)n),
+                   pg::int8_array(ids, (int)n),
+                   pg::int8_array(delays, (int)n),
                    bool_array(dead, (int)n),
                    PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1),
                    TimestampTzGetDatum(now)};
@@ -457,7 +453,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     for (uint64 i = 0; i < done; ++i) {
         bool isnull;
         if (DatumGetBool(pg::col(i, 2, &isnull))) {
-            worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(i, 1));
+            shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(i, 1));
             break;
         }
     }
@@ -491,7 +487,7 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     uint64 n = pg::run(s_release, v, nullptr);
     if (n == 0) refuse(token);
-    worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 1), (int64)n);
+    shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 1), (int64)n);
     // The item is ready again behind where scans start.
     api::forget_hints(pg::col_int32(0, 1));
     SPI_finish();

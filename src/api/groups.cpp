@@ -22,7 +22,8 @@
 #include "api/hints.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
-#include "worker/wakeup.hpp"
+#include "pg/duties.hpp"
+#include "shmem/wakeup.hpp"
 
 extern "C" {
 #include "utils/datum.h"
@@ -88,28 +89,6 @@ Stmt s_gclaim = {
     PGCLAIM_CLAIM_UPSERT "ORDER BY ins.item_id",
     5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
 
-// Accessors on a result set kept aside (pg::run frees SPI_tuptable).
-Datum tcol(SPITupleTable *t, uint64 row, int colno, bool *isnull) {
-    return SPI_getbinval(t->vals[row], t->tupdesc, colno, isnull);
-}
-int64 tcol_int64(SPITupleTable *t, uint64 row, int colno) {
-    bool isnull;
-    Datum d = tcol(t, row, colno, &isnull);
-    return isnull ? 0 : DatumGetInt64(d);
-}
-int32 tcol_int32(SPITupleTable *t, uint64 row, int colno) {
-    bool isnull;
-    Datum d = tcol(t, row, colno, &isnull);
-    return isnull ? 0 : DatumGetInt32(d);
-}
-
-// Takes the current SPI result out of pg::run's reach.
-SPITupleTable *keep_result() {
-    SPITupleTable *t = SPI_tuptable;
-    SPI_tuptable = nullptr;
-    return t;
-}
-
 struct ClaimArgs {
     const api::QueueInfo *q;
     Datum qname;
@@ -136,16 +115,15 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
         Datum v[4] = {Int32GetDatum(a.q->queue_id), gkey, Int64GetDatum(head),
                       Int64GetDatum(a.max_items - 1)};
         uint64 rows = pg::run(s_followers, v, nullptr);
-        SPITupleTable *t = keep_result();
         int64 *dead = (int64 *)palloc(sizeof(int64) * (rows > 0 ? rows : 1));
         int ndead = 0;
         for (uint64 r = 0; r < rows; ++r) {
             bool isnull, lease_null;
-            int64 id = tcol_int64(t, r, 1);
-            if (!DatumGetBool(tcol(t, r, 2, &isnull))) break;  // scheduled: stop here
-            TimestampTz lu = DatumGetTimestampTz(tcol(t, r, 3, &lease_null));
+            int64 id = pg::col_int64(r, 1);
+            if (!DatumGetBool(pg::col(r, 2, &isnull))) break;  // scheduled: stop here
+            TimestampTz lu = DatumGetTimestampTz(pg::col(r, 3, &lease_null));
             if (!lease_null && lu > a.now) break;  // cannot happen while we hold the head
-            if (!lease_null && tcol_int32(t, r, 4) >= a.q->max_attempts) {
+            if (!lease_null && pg::col_int32(r, 4) >= a.q->max_attempts) {
                 // Its lease ran out on the last attempt: it is dead, the group
                 // moves on past it.
                 if (!pg::lock_item(id, false)) break;
@@ -159,13 +137,13 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
             }
             cand[ncand++] = id;
         }
-        SPI_freetuptable(t);
+        pg::free_result();
         pg::wal_forget(*wal);
-        api::kill_expired(dead, ndead, a.now, a.q->max_attempts);
+        (void)pg::kill_dead(dead, ndead, a.now);
         *wal = pg::wal_mark();
     }
 
-    Datum cv[5] = {api::int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
+    Datum cv[5] = {pg::int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
                    TimestampTzGetDatum(a.now), a.worker, Int32GetDatum(a.q->max_attempts)};
     char cn[6] = {' ', ' ', ' ', a.worker_null ? 'n' : ' ', ' ', '\0'};
     uint64 got = pg::run(s_gclaim, cv, cn);
@@ -209,7 +187,7 @@ int claim_named_group(const ClaimArgs &a, Datum gkey) {
         if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
             if (!pg::lock_item(head, false)) break;
             pg::wal_forget(wal);
-            api::kill_expired(&head, 1, a.now, a.q->max_attempts);
+            (void)pg::kill_dead(&head, 1, a.now);
             wal = pg::wal_mark();
             continue;  // the next item is the head now
         }
@@ -325,10 +303,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {
         if (group_round(a, lease_us, named, gkey) > 0) break;
-        TimestampTz now = pg::clock_now();
-        if (now >= deadline) break;
-        worker::wait_for(worker::WaitKind::Queue, q.queue_id,
-                         (long)((deadline - now + 999) / 1000));
+        if (!api::wait_for_items(q.queue_id, deadline)) break;
     }
     SPI_finish();
     return (Datum)0;

@@ -24,7 +24,7 @@
 //  * every check reads the latest committed state (pg::run).
 #include "api/shared.hpp"
 #include "core/lease_rules.hpp"
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
 #include <string_view>
 
@@ -273,7 +273,8 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
         int64_t us = 0;
         pg::pure([&] { us = next_wait_us(now, deadline, next_expiry, busy, kBusyPollUs); });
         if (us > 0)
-            worker::wait_for(worker::WaitKind::Lease, (int64)wake_key(n), (long)((us + 999) / 1000));
+            (void)shmem::wait_for(shmem::WaitKind::Lease, (int64)wake_key(n),
+                                  (long)((us + 999) / 1000));
         else
             CHECK_FOR_INTERRUPTS();
     }
@@ -313,7 +314,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_release) {
     Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     bool live = pg::run(s_release, v, nullptr) > 0;
     // A slot is free once this commits: wake a waiter.
-    if (live) worker::notify_ready(worker::WaitKind::Lease, (int64)wake_key(n));
+    if (live) shmem::notify_ready(shmem::WaitKind::Lease, (int64)wake_key(n));
     SPI_finish();
     PG_RETURN_BOOL(live);
 }

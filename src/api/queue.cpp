@@ -3,7 +3,7 @@
 //   claim.redrive
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
@@ -121,7 +121,7 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::direct::lock_items(true);
     // Producers' cached queue ids are void from now on (they check after
     // taking the lock this one excludes).
-    worker::queue_dropped();
+    shmem::queue_dropped();
     SPI_connect();
     Datum v[1] = {PG_GETARG_DATUM(0)};
     if (pg::run(s_drop, v, nullptr) == 0) api::unknown_queue(name);
@@ -158,7 +158,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
                                        PG_ARGISNULL(2), PG_GETARG_DATUM(1));
         direct::close(t);
         CommandCounterIncrement();
-        if (run_at_null == 'n') worker::notify_ready(worker::WaitKind::Queue, qid, 1);
+        if (run_at_null == 'n') shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
         PG_RETURN_INT64(id);
     }
 
@@ -183,7 +183,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
             id = pg::col_int64(0, 1);
             if (nulls[2] == 'n')
-                worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), 1);
+                shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), 1);
             done = true;
             break;
         }
@@ -241,7 +241,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     uint64 n = pg::run(s_enqueue_batch, v, nulls);
     if (n == 0) require_queue_exists(name);
     if (n > 0 && nulls[2] == 'n')
-        worker::notify_ready(worker::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
+        shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
     for (uint64 i = 0; i < n; ++i) {
         Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
         bool isnull[1] = {false};
@@ -265,7 +265,7 @@ PGCLAIM_FUNCTION(pgclaim_redrive) {
     SPI_finish();
     if (n > 0) {
         api::forget_hints(qid);
-        worker::notify_ready(worker::WaitKind::Queue, qid, n);
+        shmem::notify_ready(shmem::WaitKind::Queue, qid, n);
     }
     PG_RETURN_INT32(n);
 }

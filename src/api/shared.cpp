@@ -1,11 +1,12 @@
 // Helpers shared by the SQL surfaces in src/api.
 #include "api/shared.hpp"
-#include "worker/frontier.hpp"
+#include "shmem/frontier.hpp"
 
 #include "api/hints.hpp"
 #include "pg/direct.hpp"
+#include "pg/duties.hpp"
 #include "core/error.hpp"
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -77,7 +78,7 @@ void sync_caches() {
 
 int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
     sync_caches();
-    uint64 epoch = worker::queue_drops();
+    uint64 epoch = shmem::queue_drops();
     int32 qid = -1;
     bool hit = false;
     pg::pure([&] {
@@ -114,39 +115,22 @@ pg::Stmt s_token_jump = {
 }  // namespace
 
 void before_tokens() {
-    if (!worker::preloaded() || worker::tokens_fenced()) return;
+    if (!shmem::preloaded() || shmem::tokens_fenced()) return;
     pg::run(s_token_jump, nullptr, nullptr);
     pg::flush_token_wal();
-    worker::mark_tokens_fenced();
+    shmem::mark_tokens_fenced();
 }
 
 void after_tokens() {
-    if (!worker::preloaded()) pg::flush_token_wal();
+    if (!shmem::preloaded()) pg::flush_token_wal();
 }
 
-namespace {
-pg::Stmt s_promote = {
-    "WITH p AS ("
-    "  UPDATE claim.items SET run_at = NULL WHERE id IN ("
-    "    SELECT id FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "      AND run_at IS NOT NULL AND run_at <= $2"
-    "    ORDER BY run_at LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM p)::int8,"
-    "       (SELECT min(run_at) FROM claim.items WHERE queue_id = $1 AND state = 'r'"
-    "          AND run_at IS NOT NULL AND run_at > $2)",
-    2, {INT4OID, TIMESTAMPTZOID}, nullptr};
-}  // namespace
-
 void promote_due(int32 queue_id, TimestampTz now) {
-    Datum v[2] = {Int32GetDatum(queue_id), TimestampTzGetDatum(now)};
-    pg::run(s_promote, v, nullptr);
-    bool isnull;
-    if (pg::col_int64(0, 1) > 0) forget_hints(queue_id);
-    Datum next = pg::col(0, 2, &isnull);
-    int64 next_us = isnull ? 0 : DatumGetTimestampTz(next);
+    TimestampTz next;
+    if (pg::promote_queue(queue_id, now, &next) > 0) forget_hints(queue_id);
     pg::pure([&] {
         promote_schedule().checked(queue_id, now,
-                                   isnull ? std::nullopt : std::optional<int64_t>(next_us));
+                                   next == DT_NOEND ? std::nullopt : std::optional<int64_t>(next));
     });
 }
 
@@ -175,7 +159,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     ScanPos f;
     TimestampTz f_expires;
     if (!from_head &&
-        worker::frontier_get(pg::direct::items_relid(), queue_id, now, &f, &f_expires) &&
+        shmem::frontier_get(pg::direct::items_relid(), queue_id, now, &f, &f_expires) &&
         (f.ord > start.ord || (f.ord == start.ord && f.id > start.id))) {
         start = f;
         w->start_expires = f_expires;
@@ -240,7 +224,7 @@ void forget_on_abort() noexcept {
     } catch (...) {
     }
     for (int i = 0; i < nadvanced; ++i)
-        worker::frontier_forget(advanced_items, advanced_queues[i]);
+        shmem::frontier_forget(advanced_items, advanced_queues[i]);
     nadvanced = 0;
     advanced_overflow = false;
 }
@@ -288,7 +272,7 @@ void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
 }
 
 void walk_kill_dead(ReadyWalk *w) {
-    kill_expired(w->dead, w->ndead, w->now, w->max_attempts);
+    (void)pg::kill_dead(w->dead, w->ndead, w->now);
     w->ndead = 0;
 }
 
@@ -306,31 +290,8 @@ void walk_end(ReadyWalk *w) {
                        c.now, c.claims_end);
     });
     if (c.hint_have)
-        worker::frontier_put(pg::direct::items_relid(), c.queue_id, c.hint_pos, c.now,
+        shmem::frontier_put(pg::direct::items_relid(), c.queue_id, c.hint_pos, c.now,
                              c.claims_end);
-}
-
-Datum int8_array(const int64 *v, int n) {
-    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
-    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
-    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
-
-namespace {
-pg::Stmt s_kill_expired = {
-    "WITH c AS (DELETE FROM claim.claims WHERE item_id = ANY ($1) AND lease_until <= $2"
-    "           AND attempt >= $3 RETURNING item_id, attempt) "
-    "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
-    "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
-    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
-    3, {INT8ARRAYOID, TIMESTAMPTZOID, INT4OID}, nullptr};
-}  // namespace
-
-void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts) {
-    if (n == 0) return;
-    Datum v[3] = {int8_array(ids, n), TimestampTzGetDatum(now), Int32GetDatum(max_attempts)};
-    pg::run(s_kill_expired, v, nullptr);
-    for (int i = 0; i < n; ++i) pg::unlock_item(ids[i]);
 }
 
 void unknown_queue(const char *name) {
@@ -339,9 +300,17 @@ void unknown_queue(const char *name) {
     pg::error(sqlstate::kUndefinedQueue, msg, "Create it with claim.create_queue().");
 }
 
+bool wait_for_items(int32 queue_id, TimestampTz deadline) {
+    TimestampTz now = pg::clock_now();
+    if (now >= deadline) return false;
+    if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((deadline - now + 999) / 1000)))
+        pg::pure([&] { hints().forget(queue_id); });
+    return true;
+}
+
 void forget_hints(int32 queue_id) {
     pg::pure([&] { hints().forget(queue_id); });
-    worker::frontier_forget(pg::direct::items_relid(), queue_id);
+    shmem::frontier_forget(pg::direct::items_relid(), queue_id);
 }
 
 void stale_token(int64 token, const char *why) {

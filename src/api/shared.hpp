@@ -39,6 +39,12 @@ int32 producer_queue(void *direct_tables, Datum name, const char *cname);
 // Scan hints of this backend (see core/scan_hint.hpp).
 void forget_hints(int32 queue_id);
 
+// Wait until items of the queue may have become ready or `deadline` passes;
+// false once it has passed (nothing was waited for then). When a producer's
+// commit or the worker woke us, the backend's scan hints of the queue are
+// forgotten: the next scan starts at the head.
+bool wait_for_items(int32 queue_id, TimestampTz deadline);
+
 // Fencing tokens survive a crash (README, "Tokens"). Every function that
 // hands out tokens calls before_tokens() before its first nextval and
 // after_tokens() once they are granted (SPI connected). With the preload,
@@ -49,7 +55,7 @@ void before_tokens();
 void after_tokens();
 
 // Scheduled items of the queue that are due at `now` become ready, in
-// place (at most 1000 per call); the backend's scan hints of the queue are
+// place (at most pg::kDutyBatch per call); the backend's scan hints of the queue are
 // forgotten when any did, and its promotion schedule learns the earliest
 // run_at still pending. SPI must be connected.
 void promote_due(int32 queue_id, TimestampTz now);
@@ -57,7 +63,7 @@ void promote_due(int32 queue_id, TimestampTz now);
 // What a walk over a queue's ready items (claim_next, group_claim) keeps
 // while it looks for claimable items: where the next walk may start (the
 // scan hint, core/scan_hint.hpp) and the items found dead (lease expired on
-// the last allowed attempt; locked here, killed by walk_kill_dead).
+// the last allowed attempt; locked here, killed by walk_kill_dead through pg::kill_dead).
 struct ReadyWalk {
     int32 queue_id;
     int32 max_attempts;
@@ -87,13 +93,6 @@ void walk_kill_dead(ReadyWalk *w);
 void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until);
 // Kills what is left and records the hint for the next walk.
 void walk_end(ReadyWalk *w);
-
-// An int8[] Datum of n values (palloc'd).
-Datum int8_array(const int64 *v, int n);
-
-// Items whose lease expired on their last allowed attempt become dead; their
-// item locks (held by the caller) are released afterwards.
-void kill_expired(const int64 *ids, int n, TimestampTz now, int32 max_attempts);
 
 // PC001 for a token that is not a live claim.
 [[noreturn]] void stale_token(int64 token, const char *why);

@@ -33,7 +33,7 @@
 #include "pg/direct.hpp"
 #include "pg/rowjson.hpp"
 #include "core/trigger_args.hpp"
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
 extern "C" {
 #include "commands/trigger.h"
@@ -170,7 +170,7 @@ void insert_direct(const Change &ch, Datum payload, Datum group) {
     direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload);
     direct::close(t);
     CommandCounterIncrement();
-    worker::notify_ready(worker::WaitKind::Queue, qid);
+    shmem::notify_ready(shmem::WaitKind::Queue, qid);
 }
 
 // Add one item (or merge it into the newest item of its group). SPI is
@@ -301,7 +301,7 @@ void statement_end(StatementWrite *w) {
     transition_end(&w->nt);
     transition_end(&w->ot);
     CommandCounterIncrement();
-    if (n > 0) worker::notify_ready(worker::WaitKind::Queue, w->qid, n);
+    if (n > 0) shmem::notify_ready(shmem::WaitKind::Queue, w->qid, n);
 }
 
 // Without coalescing: one item per changed row, in statement order, built

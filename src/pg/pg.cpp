@@ -98,9 +98,6 @@ void require_primary(const char *fn) {
 }
 
 uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
-    // The previous result is no longer needed (callers copy what they keep):
-    // free it so that long waits do not accumulate result sets.
-    if (SPI_tuptable != nullptr) SPI_freetuptable(SPI_tuptable);
     // Names in the statement are resolved when it is prepared, and the plan
     // cache prepares it again whenever search_path differs from then.
     int pin = search_path_pinned() ? -1 : pin_search_path();
@@ -119,6 +116,17 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
     if (rc < 0) elog(ERROR, "pg_claim: SPI failed (%s) for: %s", SPI_result_code_string(rc), s.sql);
     if (pin >= 0) unpin_search_path(pin);
     return SPI_processed;
+}
+
+void free_result() {
+    if (SPI_tuptable != nullptr) SPI_freetuptable(SPI_tuptable);
+    SPI_tuptable = nullptr;
+}
+
+Datum int8_array(const int64 *v, int n) {
+    Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
+    for (int i = 0; i < n; ++i) d[i] = Int64GetDatum(v[i]);
+    return PointerGetDatum(construct_array(d, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
 }
 
 Datum col(uint64 row, int colno, bool *isnull) {

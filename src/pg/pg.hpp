@@ -96,13 +96,19 @@ struct Stmt {
 // Execute with a fresh snapshot (the latest committed state, also under
 // REPEATABLE READ: our checks must see what other claimers committed), with
 // search_path pinned (see below). Returns SPI_processed; results in
-// SPI_tuptable.
+// SPI_tuptable, which stays until free_result() or SPI_finish(): code that
+// runs statements in a loop frees each result once it has read it.
 uint64 run(Stmt &s, Datum *values, const char *nulls, long limit = 0);
+// Free SPI_tuptable (when there is one).
+void free_result();
 
 // Column accessors on SPI_tuptable row `row` (1-based column numbers).
 Datum col(uint64 row, int colno, bool *isnull);
 int64_t col_int64(uint64 row, int colno);
 int32_t col_int32(uint64 row, int colno);
+
+// An int8[] Datum of n values (palloc'd).
+Datum int8_array(const int64 *v, int n);
 
 // --- locks -------------------------------------------------------------------
 // Transaction-level heavyweight locks in an advisory-lock space of our own

@@ -1,13 +1,13 @@
 // Shared claim scan frontiers; see frontier.hpp.
-#include "worker/frontier.hpp"
+#include "shmem/frontier.hpp"
 
-#include "worker/shared.hpp"
+#include "shmem/shared.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
 }
 
-namespace pgclaim::worker {
+namespace pgclaim::shmem {
 
 namespace {
 
@@ -68,4 +68,4 @@ void frontier_forget(Oid items, int32 queue_id) {
     SpinLockRelease(&s->mutex);
 }
 
-}  // namespace pgclaim::worker
+}  // namespace pgclaim::shmem

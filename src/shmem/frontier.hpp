@@ -17,7 +17,7 @@
 #include "core/scan_hint.hpp"
 #include "pg/pg.hpp"
 
-namespace pgclaim::worker {
+namespace pgclaim::shmem {
 
 // The frontier of the queue if one is valid at `now`.
 bool frontier_get(Oid items_relid, int32 queue_id, TimestampTz now, ScanPos *pos,
@@ -30,4 +30,4 @@ void frontier_put(Oid items_relid, int32 queue_id, ScanPos pos, TimestampTz now,
 // promoted by this backend): drop it.
 void frontier_forget(Oid items_relid, int32 queue_id);
 
-}  // namespace pgclaim::worker
+}  // namespace pgclaim::shmem

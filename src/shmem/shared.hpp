@@ -15,7 +15,7 @@ extern "C" {
 #include "storage/spin.h"
 }
 
-namespace pgclaim::worker {
+namespace pgclaim::shmem {
 
 inline constexpr int kBuckets = 4096;      // wake stamps, hashed by (db, kind, key)
 inline constexpr int kMaxDbSlots = 256;    // hard cap of the database registry
@@ -103,7 +103,7 @@ extern Shared *shared;
 // do not ask for a NOTIFY, it sends them itself).
 extern bool am_worker;
 
-// GUCs.
+// Settings, defined as GUCs by src/module.cpp (their defaults live there too).
 extern bool guc_worker_enabled;
 extern int guc_worker_naptime_ms;
 extern int guc_max_databases;
@@ -113,14 +113,25 @@ extern int guc_lease_purge_after_s;  // -1: off
 // wakeup.cpp
 uint32 bucket_of(Oid db, int kind, int64 key);
 void add_notify_queue(DbSlot *slot, int32 queue_id);  // no raise
-DbSlot *my_db_slot();                                 // racy lookup, may be NULL
 // At the commit of the current transaction: wake the launcher (it looks for
 // the extension again) and/or this database's worker (it re-checks).
 void at_commit_poke(bool launcher, bool worker);
 
-// worker.cpp
-void define_gucs();
-void init_preloaded();  // hooks + launcher registration
-void poke_launcher();   // no raise
+// setup.cpp: chain the shared-memory request and startup hooks (from
+// _PG_init, only when preloaded).
+void install_shmem_hooks();
 
-}  // namespace pgclaim::worker
+// registry.cpp: the registry of databases. The *_locked functions expect
+// the caller to hold shared->lock.
+int find_db_slot_locked(Oid db);            // -1 when absent
+int add_db_slot_locked(Oid db, TimestampTz now);  // -1 when full
+DbSlot *my_db_slot();                       // racy lookup, may be NULL; no raise
+// Keep the worker away from `db` for a while and wait (at most 5 s) until
+// it has left. Returns whether anything was paused.
+bool pause_database(Oid db);
+void unpause_database(Oid db);  // no raise
+// Wake the launcher: it re-reads pg_database and probes this database for
+// the extension again. No raise.
+void poke_launcher();
+
+}  // namespace pgclaim::shmem

@@ -1,4 +1,4 @@
-// Waiting for work and waking waiters (src/worker owns the implementation).
+// Waiting for work and waking waiters.
 //
 // Callers in src/api use only these functions.
 //
@@ -17,7 +17,7 @@
 
 #include "pg/pg.hpp"
 
-namespace pgclaim::worker {
+namespace pgclaim::shmem {
 
 // What a waiter waits for: items of a queue, or a slot of a named lease.
 enum class WaitKind : int { Queue = 1, Lease = 2 };
@@ -26,7 +26,10 @@ enum class WaitKind : int { Queue = 1, Lease = 2 };
 // first; may return early (callers re-check and call again). Handles
 // interrupts (CHECK_FOR_INTERRUPTS), so a cancel or statement_timeout ends
 // the wait with its usual error; the waiter is never left registered.
-void wait_for(WaitKind kind, int64 key, long timeout_ms);
+// Returns true when a waker picked this backend: work may have become ready
+// anywhere (promoted, released, expired), so a queue waiter forgets its scan
+// hints and looks from the head.
+bool wait_for(WaitKind kind, int64 key, long timeout_ms);
 
 // Record that (kind, key) has work ready once the current transaction
 // commits (nothing happens if it aborts).
@@ -58,4 +61,4 @@ void mark_tokens_fenced();
 uint64 queue_drops();
 void queue_dropped();
 
-}  // namespace pgclaim::worker
+}  // namespace pgclaim::shmem

@@ -8,10 +8,9 @@
 // of its previous wait), a commit may have been missed and the waiter
 // returns at once to scan again. Both sides use full barriers (Dekker), so
 // one of them always sees the other.
-#include "worker/wakeup.hpp"
+#include "shmem/wakeup.hpp"
 
-#include "api/hints.hpp"
-#include "worker/shared.hpp"
+#include "shmem/shared.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -21,9 +20,8 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-namespace pgclaim::worker {
+namespace pgclaim::shmem {
 
-Shared *shared = nullptr;
 bool am_worker = false;
 
 namespace {
@@ -94,7 +92,7 @@ int wake_locked(Oid db, int kind, int64 key, int64 count, bool exact) {
     return woken;
 }
 
-void fire(bool commit) {
+void wake_at_transaction_end(bool commit) {
     if (commit && !baton_on_commit) baton = false;
     bool have = (commit && npending > 0) || baton;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
@@ -147,10 +145,10 @@ void fire(bool commit) {
 void xact_callback(XactEvent event, void *) {
     switch (event) {
         case XACT_EVENT_COMMIT:
-            fire(true);
+            wake_at_transaction_end(true);
             break;
         case XACT_EVENT_ABORT:
-            fire(false);
+            wake_at_transaction_end(false);
             break;
         case XACT_EVENT_PREPARE:
             // Whoever commits the prepared transaction does not know what it
@@ -249,28 +247,16 @@ void add_notify_queue(DbSlot *slot, int32 queue_id) {
     SpinLockRelease(&slot->mutex);
 }
 
-DbSlot *my_db_slot() {
-    static int cached = -1;
-    if (shared == nullptr || !OidIsValid(MyDatabaseId)) return nullptr;
-    if (cached >= 0 && shared->dbs[cached].db == MyDatabaseId) return &shared->dbs[cached];
-    for (int i = 0; i < kMaxDbSlots; ++i)
-        if (shared->dbs[i].db == MyDatabaseId) {
-            cached = i;
-            return &shared->dbs[i];
-        }
-    return nullptr;
-}
-
 void at_commit_poke(bool launcher, bool worker) {
     register_callbacks();
     pending_launcher_poke |= launcher;
     pending_worker_poke |= worker;
 }
 
-void wait_for(WaitKind kind, int64 key, long timeout_ms) {
+bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
     if (shared == nullptr || MyProc == nullptr || MyProc->pgprocno >= shared->nwaiter_slots) {
         fallback_wait(timeout_ms);
-        return;
+        return false;
     }
     register_callbacks();
     if (!exit_registered) {
@@ -327,11 +313,9 @@ void wait_for(WaitKind kind, int64 key, long timeout_ms) {
         baton_on_commit = pass_on;
         baton_kind = (int)kind;
         baton_key = key;
-        // Items may have become ready before where this backend's scans
-        // start (promoted, released, expired): scan from the head.
-        if (kind == WaitKind::Queue) pg::pure([&] { api::hints().forget((int32)key); });
     }
     CHECK_FOR_INTERRUPTS();
+    return woken;
 }
 
 namespace {
@@ -359,4 +343,4 @@ void notify_ready(WaitKind kind, int64 key) { add_pending(kind, key, 1, false); 
 
 void notify_ready(WaitKind kind, int64 key, int64 count) { add_pending(kind, key, count, true); }
 
-}  // namespace pgclaim::worker
+}  // namespace pgclaim::shmem

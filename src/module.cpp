@@ -1,0 +1,62 @@
+// The entry of the module: the magic block, _PG_init and the definitions of
+// the GUCs. The only file that knows every layer (see README, "Layout").
+#include "pg/pg.hpp"
+#include "shmem/shared.hpp"
+#include "worker/worker.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+void _PG_init(void);
+}
+
+namespace {
+
+using namespace pgclaim::shmem;
+
+void define_gucs() {
+    DefineCustomBoolVariable(
+        "pg_claim.worker_enabled", "Runs the pg_claim background workers.",
+        "Without them waits are still woken at commit, but expiry and scheduled items are "
+        "applied lazily by claimers.",
+        &guc_worker_enabled, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.worker_naptime", "Longest sleep of a pg_claim worker between its rounds.",
+        "The worker also wakes at the earliest lease end or run_at it knows of.",
+        &guc_worker_naptime_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_databases", "How many databases pg_claim workers serve at once.",
+        "Each served database uses one background worker slot (max_worker_processes).",
+        &guc_max_databases, 16, 0, kMaxDbSlots, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.lease_purge_after",
+        "Rows of lease holdings that ended longer ago than this are deleted by the worker.",
+        "Checked once a minute, 10000 rows at a time; -1 keeps them (claim.lease_purge() "
+        "deletes them on demand).",
+        &guc_lease_purge_after_s, 3600, -1, 366 * 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",
+        "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,
+        true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+}
+
+}  // namespace
+
+// Plain C calls only: nothing here throws.
+void _PG_init(void) {
+    // The GUCs exist in every session (SHOW works with or without the
+    // preload); shared memory, hooks and the launcher only come with
+    // shared_preload_libraries. Without the preload everything works
+    // lazily and waits fall back to short naps (src/shmem/wakeup.cpp).
+    define_gucs();
+    MarkGUCPrefixReserved("pg_claim");
+    if (!process_shared_preload_libraries_in_progress) return;
+    if (IsBinaryUpgrade) return;  // pg_upgrade: no worker, no hooks
+    install_shmem_hooks();
+    pgclaim::worker::install_database_hook();
+    pgclaim::worker::register_launcher();
+}

@@ -1,0 +1,262 @@
+// The launcher (connected to no database): reads pg_database (a shared
+// catalog) every 10 s or when poked, keeps a registry of connectable,
+// non-template databases in shared memory and starts a worker for each
+// (RegisterDynamicBackgroundWorker). A worker connects, checks pg_extension
+// and exits at once with "absent" when the extension is not there; the
+// launcher probes such databases again after a minute, or at once when
+// CREATE EXTENSION pg_claim commits anywhere.
+#include "worker/worker.hpp"
+
+extern "C" {
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_database.h"
+#include "pgstat.h"
+#include "tcop/tcopprot.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+
+PGDLLEXPORT void pgclaim_launcher_main(Datum arg);
+}
+
+namespace pgclaim::worker {
+
+using namespace pgclaim::shmem;
+
+namespace {
+
+constexpr int64 kRescanUs = 10 * USECS_PER_SEC;        // re-read pg_database
+constexpr int64 kStartTimeoutUs = 10 * USECS_PER_SEC;  // a worker that never came up
+constexpr int64 kRetryStartUs = 5 * USECS_PER_SEC;     // start it again after this
+
+struct DbEntry {
+    Oid db;
+    NameData name;
+};
+
+BackgroundWorkerHandle *handles[kMaxDbSlots];
+NameData slot_names[kMaxDbSlots];
+bool warned_no_slot = false;
+
+void launcher_exit(int, Datum) {
+    if (shared == nullptr) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    if (shared->launcher_pid == MyProcPid) {
+        shared->launcher_pid = 0;
+        shared->launcher_latch = nullptr;
+    }
+    LWLockRelease(shared->lock);
+}
+
+// Connectable, valid, non-template databases, in `cxt`.
+DbEntry *list_databases(MemoryContext cxt, int *n) {
+    int cap = 64, count = 0;
+    DbEntry *list = (DbEntry *)MemoryContextAlloc(cxt, sizeof(DbEntry) * cap);
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    (void)GetTransactionSnapshot();
+    pgstat_report_activity(STATE_RUNNING, "pg_claim launcher: reading pg_database");
+    Relation rel = table_open(DatabaseRelationId, AccessShareLock);
+    TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
+    HeapTuple tup;
+    while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection))) {
+        Form_pg_database f = (Form_pg_database)GETSTRUCT(tup);
+        if (!f->datallowconn || f->datistemplate || database_is_invalid_form(f)) continue;
+        if (count == cap) {
+            cap *= 2;
+            list = (DbEntry *)repalloc(list, sizeof(DbEntry) * cap);
+        }
+        list[count].db = f->oid;
+        list[count].name = f->datname;
+        ++count;
+    }
+    table_endscan(scan);
+    table_close(rel, AccessShareLock);
+    CommitTransactionCommand();
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    *n = count;
+    return list;
+}
+
+void sync_registry(const DbEntry *list, int n, TimestampTz now) {
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    for (int i = 0; i < kMaxDbSlots; ++i) {
+        DbSlot *s = &shared->dbs[i];
+        if (s->db == InvalidOid) continue;
+        bool present = false;
+        for (int j = 0; j < n && !present; ++j) present = list[j].db == s->db;
+        if (!present && s->pid == 0 && s->state != DbState::Starting) {
+            s->db = InvalidOid;
+            s->state = DbState::Free;
+            handles[i] = nullptr;
+        }
+    }
+    bool full = false;
+    for (int j = 0; j < n; ++j) {
+        int i = find_db_slot_locked(list[j].db);
+        if (i < 0) i = add_db_slot_locked(list[j].db, now);
+        if (i < 0) {
+            full = true;
+            continue;
+        }
+        slot_names[i] = list[j].name;
+    }
+    LWLockRelease(shared->lock);
+    if (full && !warned_no_slot) {
+        warned_no_slot = true;
+        ereport(WARNING, (errmsg("pg_claim launcher: more than %d databases, some are not served",
+                                 kMaxDbSlots)));
+    }
+}
+
+bool start_worker(int i) {
+    BackgroundWorker bgw;
+    memset(&bgw, 0, sizeof bgw);
+    bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+    bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    bgw.bgw_restart_time = BGW_NEVER_RESTART;  // the launcher restarts it
+    snprintf(bgw.bgw_library_name, BGW_MAXLEN, "pg_claim");
+    snprintf(bgw.bgw_function_name, BGW_MAXLEN, "pgclaim_worker_main");
+    snprintf(bgw.bgw_name, BGW_MAXLEN, "pg_claim worker for database %s",
+             NameStr(slot_names[i]));
+    snprintf(bgw.bgw_type, BGW_MAXLEN, "pg_claim worker");
+    bgw.bgw_main_arg = ObjectIdGetDatum(shared->dbs[i].db);
+    bgw.bgw_notify_pid = MyProcPid;
+    BackgroundWorkerHandle *h = nullptr;
+    if (!RegisterDynamicBackgroundWorker(&bgw, &h)) return false;
+    handles[i] = h;
+    return true;
+}
+
+// Start what is due; returns when to look again.
+TimestampTz start_due_workers(TimestampTz now) {
+    TimestampTz next = now + kRescanUs;
+    int to_start[kMaxDbSlots];
+    int nstart = 0;
+
+    // Workers that never came up (no database any more, no slot...).
+    for (int i = 0; i < kMaxDbSlots; ++i) {
+        if (shared->dbs[i].state != DbState::Starting) continue;
+        pid_t pid;
+        bool gone = handles[i] != nullptr
+                        ? GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED
+                        : now - shared->dbs[i].started_at > kStartTimeoutUs;
+        if (!gone) continue;
+        LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+        if (shared->dbs[i].state == DbState::Starting && shared->dbs[i].pid == 0) {
+            shared->dbs[i].state = DbState::Idle;
+            shared->dbs[i].next_start = now + kRetryStartUs;
+        }
+        LWLockRelease(shared->lock);
+        handles[i] = nullptr;
+    }
+
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    int active = 0;
+    for (int i = 0; i < kMaxDbSlots; ++i) {
+        DbState st = shared->dbs[i].state;
+        if (shared->dbs[i].db != InvalidOid &&
+            (st == DbState::Starting || st == DbState::Running))
+            ++active;
+    }
+    for (int i = 0; i < kMaxDbSlots && guc_worker_enabled; ++i) {
+        DbSlot *s = &shared->dbs[i];
+        if (s->db == InvalidOid || (s->state != DbState::Idle && s->state != DbState::Absent))
+            continue;
+        TimestampTz due = s->next_start > s->paused_until ? s->next_start : s->paused_until;
+        if (due > now) {
+            if (due < next) next = due;
+            continue;
+        }
+        if (active >= guc_max_databases || NameStr(slot_names[i])[0] == '\0') continue;
+        s->state = DbState::Starting;
+        s->started_at = now;
+        to_start[nstart++] = i;
+        ++active;
+    }
+    LWLockRelease(shared->lock);
+
+    for (int k = 0; k < nstart; ++k) {
+        int i = to_start[k];
+        if (start_worker(i)) continue;
+        ereport(WARNING,
+                (errmsg("pg_claim launcher: could not start a worker for database \"%s\"",
+                        NameStr(slot_names[i])),
+                 errhint("Raise max_worker_processes.")));
+        LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+        shared->dbs[i].state = DbState::Idle;
+        shared->dbs[i].next_start = now + kRescanUs;
+        LWLockRelease(shared->lock);
+    }
+    return next;
+}
+
+}  // namespace
+
+void register_launcher() {
+    BackgroundWorker bgw;
+    memset(&bgw, 0, sizeof bgw);
+    bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+    bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    bgw.bgw_restart_time = 1;
+    snprintf(bgw.bgw_library_name, BGW_MAXLEN, "pg_claim");
+    snprintf(bgw.bgw_function_name, BGW_MAXLEN, "pgclaim_launcher_main");
+    snprintf(bgw.bgw_name, BGW_MAXLEN, "pg_claim launcher");
+    snprintf(bgw.bgw_type, BGW_MAXLEN, "pg_claim launcher");
+    RegisterBackgroundWorker(&bgw);
+}
+
+}  // namespace pgclaim::worker
+
+using namespace pgclaim::worker;
+
+void pgclaim_launcher_main(Datum) {
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+    // No database: pg_database is a shared catalog, and a launcher connected
+    // to no database never stands in the way of DROP DATABASE.
+    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    shared->launcher_pid = MyProcPid;
+    shared->launcher_latch = MyLatch;
+    LWLockRelease(shared->lock);
+    on_shmem_exit(launcher_exit, (Datum)0);
+    for (int i = 0; i < kMaxDbSlots; ++i) handles[i] = nullptr;
+
+    MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_claim launcher",
+                                              ALLOCSET_DEFAULT_SIZES);
+    TimestampTz next_scan = 0;
+    for (;;) {
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+        }
+        TimestampTz now = GetCurrentTimestamp();
+        if (now >= next_scan || pg_atomic_exchange_u32(&shared->rescan, 0) != 0) {
+            int n = 0;
+            DbEntry *list = list_databases(cxt, &n);
+            sync_registry(list, n, now);
+            MemoryContextReset(cxt);
+            next_scan = now + kRescanUs;
+        }
+        TimestampTz next = start_due_workers(now);
+        if (next > next_scan) next = next_scan;
+        long ms = (long)((next - GetCurrentTimestamp() + 999) / 1000);
+        if (ms < 1) ms = 1;
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+                        PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+    }
+}
+
