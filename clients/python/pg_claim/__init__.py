@@ -1,0 +1,25 @@
+"""Python client of the pg_claim PostgreSQL extension.
+
+- :class:`Worker` / :class:`AsyncWorker`: claim, run handlers concurrently,
+  heartbeat leases, complete or fail, stop cleanly on SIGTERM/SIGINT.
+- :class:`Client`: enqueue (in the caller's transaction), cancel,
+  item_state, stats.
+- Errors: :class:`PgClaimError` and subclasses, chosen by SQLSTATE.
+"""
+from ._common import Interval, Job, Retry, WorkerStats
+from ._features import Features
+from .aio import AsyncWorker
+from .client import Client, ItemState, QueueStats
+from .errors import (Cancelled, InvalidArgument, InvalidName, NotInstalled, NotSupported,
+                     NullArgument, PermissionDenied, PermitMismatch, PgClaimError, QueueExists,
+                     ReadOnly, StaleToken, UnknownQueue, error_class, map_error)
+from .worker import Worker
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "AsyncWorker", "Cancelled", "Client", "Features", "Interval", "InvalidArgument", "InvalidName",
+    "ItemState", "Job", "NotInstalled", "NotSupported", "NullArgument", "PermissionDenied",
+    "PermitMismatch", "PgClaimError", "QueueExists", "QueueStats", "ReadOnly", "Retry",
+    "StaleToken", "UnknownQueue", "Worker", "WorkerStats", "error_class", "map_error",
+]

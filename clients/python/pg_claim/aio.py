@@ -1,0 +1,539 @@
+"""The asyncio worker: the same loop as :class:`pg_claim.Worker` on psycopg's
+AsyncConnection, with one task (and one connection) per concurrent job."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import threading
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+
+import psycopg
+
+from ._common import Interval, Job, Retry, WorkerStats, to_interval
+from ._features import FEATURES_SQL, Features
+from .worker import (ASSERT_SQL, CANCELED, CLAIM_DONE_SQL, CLAIM_SQL, COMPLETE_RESULT_SQL,
+                     COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
+                     _sqlstate, job_from_row)
+from psycopg.types.json import Jsonb
+
+log = logging.getLogger("pg_claim.worker")
+
+AsyncHandler = Callable[[Job], Union[Awaitable[Any], Any]]
+
+
+class _Abandoned(Exception):
+    pass
+
+
+class _ASlot:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.conn: Optional[psycopg.AsyncConnection[Any]] = None
+        self.cond = asyncio.Condition()
+        self.state = "idle"
+        self.job: Optional[Job] = None
+        self.lost = False
+        self.abandoned = False
+        self.next_beat = 0.0
+        self.last_cancel = 0.0
+        self.task: Optional["asyncio.Task[None]"] = None
+        self.beat_task: Optional["asyncio.Task[None]"] = None
+        self.closed = False
+
+
+class AsyncWorker:
+    """asyncio version of :class:`pg_claim.Worker` (same arguments).
+
+    ``handler`` is normally ``async def handler(job)``; a plain function's
+    return value is used as is. ``await worker.run()`` runs until stopped:
+    SIGTERM/SIGINT (when run in the main thread), :meth:`stop`, ``burst`` or
+    ``max_jobs``. In transactional mode ``job.conn`` is the AsyncConnection of
+    the handler's transaction.
+    """
+
+    def __init__(self, conninfo: str, queue: str, handler: AsyncHandler, *,
+                 concurrency: int = 1, lease: Optional[Interval] = None,
+                 wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
+                 name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
+                 max_jobs: Optional[int] = None, prepare: bool = False,
+                 connect_kwargs: Optional[Dict[str, Any]] = None,
+                 handle_signals: bool = True) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if grace < 0:
+            raise ValueError("grace must not be negative")
+        self.conninfo = conninfo
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease = to_interval(lease)
+        self.wait = to_interval(wait)
+        self.grace = float(grace)
+        self.transactional = transactional
+        self.name = name
+        self.heartbeat = heartbeat
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.prepare = prepare
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.handle_signals = handle_signals
+        self.stats = WorkerStats()
+        self.features: Optional[Features] = None
+        self._stop: Optional[asyncio.Event] = None
+        self._hurry = False
+        self._stop_requested = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._tickets = 0
+        self._slots: List[_ASlot] = []
+
+    # -- public ------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace`` seconds. Safe to call
+        from any thread; a second call ends the grace period at once."""
+        if self._stop_requested:
+            self._hurry = True
+        self._stop_requested = True
+        loop, ev = self._loop, self._stop
+        if loop is not None and ev is not None:
+            if threading.current_thread() is threading.main_thread() and _running_loop() is loop:
+                ev.set()
+            else:
+                loop.call_soon_threadsafe(ev.set)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
+
+    async def run(self) -> WorkerStats:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        installed: List[int] = []
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    self._loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        try:
+            await self._start()
+            tasks = [s.task for s in self._slots if s.task is not None]
+            stop_wait = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+                while not self._stop.is_set() and not all(t.done() for t in tasks):
+                    await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_wait.cancel()
+            self._stop_requested = True
+            self._stop.set()
+            await self._shutdown()
+        finally:
+            for sig in installed:
+                self._loop.remove_signal_handler(sig)
+            await self._close()
+        return self.stats
+
+    # -- set-up and shutdown -------------------------------------------------
+    def _on_signal(self, signum: int) -> None:
+        log.info("worker %s: signal %d, stopping", self._label(), signum)
+        self.stop()
+
+    def _label(self) -> str:
+        return self.name or self.queue
+
+    async def _connect(self) -> "psycopg.AsyncConnection[Any]":
+        kwargs = dict(self.connect_kwargs)
+        kwargs.setdefault("prepare_threshold", 5 if self.prepare else None)
+        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kwargs)
+
+    async def _start(self) -> None:
+        for i in range(self.concurrency):
+            slot = _ASlot(i)
+            slot.conn = await self._connect()
+            self._slots.append(slot)
+        conn = self._slots[0].conn
+        assert conn is not None
+        cur = await conn.execute(FEATURES_SQL)
+        self.features = Features.from_rows(await cur.fetchall())
+        for slot in self._slots:
+            if self.heartbeat:
+                slot.beat_task = asyncio.ensure_future(self._beat_main(slot))
+            slot.task = asyncio.ensure_future(self._slot_main(slot))
+
+    async def _shutdown(self) -> None:
+        assert self._stop is not None
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and not self._hurry:
+            alive = [s for s in self._slots if s.task is not None and not s.task.done()]
+            if not alive:
+                break
+            now = time.monotonic()
+            for slot in alive:
+                if slot.state == "claiming" and now - slot.last_cancel > 0.25:
+                    slot.last_cancel = now
+                    self._cancel(slot)
+            await asyncio.wait([s.task for s in alive if s.task is not None], timeout=0.05)
+        waiting: List[_ASlot] = []
+        for slot in self._slots:
+            if slot.task is None or slot.task.done():
+                continue
+            job = slot.job
+            if job is None:
+                self._cancel(slot)
+                waiting.append(slot)
+                continue
+            slot.abandoned = True
+            if self.transactional:
+                self._cancel(slot)
+            else:
+                await self._release(slot, job)
+            waiting.append(slot)
+        if waiting:
+            await asyncio.wait([s.task for s in waiting if s.task is not None], timeout=2.0)
+        for slot in waiting:
+            if slot.task is not None and not slot.task.done():
+                slot.task.cancel()
+                try:
+                    await slot.task
+                except BaseException:
+                    pass
+
+    def _cancel(self, slot: _ASlot) -> None:
+        conn = slot.conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.cancel()
+            except psycopg.Error as exc:
+                log.debug("cancel failed: %s", exc)
+
+    async def _release(self, slot: _ASlot, job: Job) -> None:
+        conn = slot.conn
+        try:
+            assert conn is not None
+            await conn.execute(RELEASE_SQL, (job.token,))
+            self.stats.released += 1
+            log.warning("worker %s: job %d still running after the grace period: released "
+                        "(its outcome will be dropped)", self._label(), job.id)
+        except psycopg.Error as exc:
+            log.warning("worker %s: could not release job %d (%s); it returns when its lease ends",
+                        self._label(), job.id, exc)
+
+    async def _close(self) -> None:
+        for slot in self._slots:
+            slot.closed = True
+            if slot.beat_task is not None:
+                slot.beat_task.cancel()
+                try:
+                    await slot.beat_task
+                except BaseException:
+                    pass
+            if slot.conn is not None and not slot.conn.closed:
+                await slot.conn.close()
+
+    # -- the slot loop -------------------------------------------------------
+    def _take_ticket(self) -> bool:
+        if self.max_jobs is None:
+            return True
+        if self._tickets >= self.max_jobs:
+            return False
+        self._tickets += 1
+        return True
+
+    def _return_ticket(self) -> None:
+        if self.max_jobs is not None:
+            self._tickets -= 1
+
+    async def _slot_main(self, slot: _ASlot) -> None:
+        assert self._stop is not None
+        pending: List[int] = []
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not self._take_ticket():
+                        break
+                    rows = await self._claim(slot, pending)
+                    pending = []
+                    if rows is None:
+                        self._return_ticket()
+                        break
+                    if not rows:
+                        self._return_ticket()
+                        if self.burst:
+                            break
+                        continue
+                    job = job_from_row(rows[0])
+                    if await self._process(slot, job):
+                        pending = [job.token]
+                except psycopg.OperationalError as exc:
+                    pending = []
+                    await self._reconnect(slot, exc)
+                except Exception:
+                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
+                    pending = []
+                    await asyncio.sleep(1.0)
+            if pending:
+                await self._complete_now(slot, pending[0], None)
+        finally:
+            slot.state = "done"
+
+    async def _reconnect(self, slot: _ASlot, exc: BaseException) -> None:
+        assert self._stop is not None
+        log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
+                    self._label(), slot.index, exc)
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                old = slot.conn
+                slot.conn = await self._connect()
+                if old is not None:
+                    await old.close()
+                return
+            except psycopg.OperationalError as err:
+                log.warning("worker %s: reconnect failed: %s", self._label(), err)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _fetch(self, conn: "psycopg.AsyncConnection[Any]", query: str,
+                     params: Tuple[Any, ...]) -> List[Tuple[Any, ...]]:
+        cur = await conn.execute(query, params)
+        return await cur.fetchall()
+
+    async def _claim(self, slot: _ASlot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
+        assert self._stop is not None
+        conn = slot.conn
+        assert conn is not None
+        if self._stop.is_set():
+            if pending:
+                await self._complete_now(slot, pending[0], None)
+            return None
+        slot.state = "claiming"
+        try:
+            if pending:
+                try:
+                    rows = await self._fetch(conn, CLAIM_DONE_SQL,
+                                             (self.queue, self.lease, "0", self.name, pending))
+                    self.stats.completed += len(pending)
+                    if rows:
+                        self.stats.claimed += 1
+                        return rows
+                except psycopg.Error as exc:
+                    if _sqlstate(exc) == STALE:
+                        self.stats.stale += len(pending)
+                        log.warning("worker %s: stale token at completion (%s); outcome dropped",
+                                    self._label(), exc.diag.message_primary)
+                    elif _sqlstate(exc) == CANCELED:
+                        await self._complete_now(slot, pending[0], None)
+                        if self._stop.is_set():
+                            return None
+                    else:
+                        raise
+                if self._stop.is_set():
+                    return None
+            try:
+                rows = await self._fetch(conn, CLAIM_SQL, (self.queue, self.lease, self.wait, self.name))
+            except psycopg.Error as exc:
+                if _sqlstate(exc) == CANCELED:
+                    if self._stop.is_set():
+                        return None
+                    log.warning("worker %s: claim cancelled (%s)", self._label(),
+                                exc.diag.message_primary)
+                    return []
+                raise
+            if rows:
+                self.stats.claimed += 1
+            return rows
+        finally:
+            if slot.state == "claiming":
+                slot.state = "busy"
+
+    async def _start_job(self, slot: _ASlot, job: Job) -> None:
+        async with slot.cond:
+            slot.job = job
+            slot.lost = False
+            slot.abandoned = False
+            slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
+            slot.cond.notify()
+
+    async def _end_job(self, slot: _ASlot) -> Tuple[bool, bool]:
+        async with slot.cond:
+            slot.job = None
+            return slot.abandoned, slot.lost
+
+    async def _call_handler(self, job: Job) -> Any:
+        value = self.handler(job)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    async def _process(self, slot: _ASlot, job: Job) -> bool:
+        assert self._stop is not None
+        if self.transactional:
+            await self._process_tx(slot, job)
+            return False
+        await self._start_job(slot, job)
+        outcome: Tuple[str, Any]
+        try:
+            outcome = ("ok", await self._call_handler(job))
+        except Retry as exc:
+            outcome = ("retry", exc)
+        except Exception as exc:
+            outcome = ("fail", exc)
+        abandoned, _lost = await self._end_job(slot)
+        if abandoned:
+            log.info("worker %s: job %d finished after it was released; outcome dropped",
+                     self._label(), job.id)
+            return False
+        kind, value = outcome
+        if kind == "ok":
+            if (value is None and self.features is not None and self.features.claim_done
+                    and not self._stop.is_set()):
+                return True
+            await self._complete_now(slot, job.token, value)
+        elif kind == "retry":
+            await self._fail_now(slot, job, _error_text(value), value.after)
+        else:
+            log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                     job.attempt, _error_text(value))
+            await self._fail_now(slot, job, _error_text(value), None)
+        return False
+
+    async def _process_tx(self, slot: _ASlot, job: Job) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            async with conn.transaction():
+                await conn.execute(ASSERT_SQL, (job.token,))
+                job.conn = conn
+                await self._start_job(slot, job)
+                try:
+                    result = await self._call_handler(job)
+                finally:
+                    abandoned, _lost = await self._end_job(slot)
+                if abandoned:
+                    raise _Abandoned()
+                await self._execute_complete(conn, job.token, result)
+            self.stats.completed += 1
+        except _Abandoned:
+            await self._release_after_abandon(slot, job)
+        except Retry as exc:
+            if slot.abandoned:
+                await self._release_after_abandon(slot, job)
+            else:
+                await self._fail_now(slot, job, _error_text(exc), exc.after)
+        except Exception as exc:
+            if _sqlstate(exc) == STALE or slot.lost:
+                self.stats.stale += 1
+                log.warning("worker %s: job %d: token is stale, its writes were rolled back (%s)",
+                            self._label(), job.id, _error_text(exc))
+            elif slot.abandoned:
+                await self._release_after_abandon(slot, job)
+            elif isinstance(exc, psycopg.OperationalError):
+                raise
+            else:
+                log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                         job.attempt, _error_text(exc))
+                await self._fail_now(slot, job, _error_text(exc), None)
+        finally:
+            job.conn = None
+
+    async def _release_after_abandon(self, slot: _ASlot, job: Job) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            await conn.execute(RELEASE_SQL, (job.token,))
+            self.stats.released += 1
+            log.warning("worker %s: job %d rolled back and released at shutdown",
+                        self._label(), job.id)
+        except psycopg.Error as exc:
+            log.warning("worker %s: job %d rolled back; release failed (%s)", self._label(),
+                        job.id, _error_text(exc))
+
+    async def _execute_complete(self, conn: "psycopg.AsyncConnection[Any]", token: int,
+                                result: Any) -> None:
+        if result is not None and self.features is not None and self.features.complete_result:
+            await conn.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
+        else:
+            await conn.execute(COMPLETE_SQL, (token,))
+
+    async def _complete_now(self, slot: _ASlot, token: int, result: Any) -> None:
+        conn = slot.conn
+        assert conn is not None
+        for attempt in range(3):
+            try:
+                await self._execute_complete(conn, token, result)
+                self.stats.completed += 1
+                return
+            except psycopg.Error as exc:
+                if _sqlstate(exc) == STALE:
+                    self.stats.stale += 1
+                    log.warning("worker %s: stale token %d at completion (%s); outcome dropped",
+                                self._label(), token, exc.diag.message_primary)
+                    return
+                if _sqlstate(exc) != CANCELED or attempt == 2:
+                    raise
+
+    async def _fail_now(self, slot: _ASlot, job: Job, error: str, retry_in: Any) -> None:
+        conn = slot.conn
+        assert conn is not None
+        for attempt in range(3):
+            try:
+                await conn.execute(FAIL_SQL, (job.token, error, retry_in))
+                if retry_in is not None:
+                    self.stats.retried += 1
+                else:
+                    self.stats.failed += 1
+                return
+            except psycopg.Error as exc:
+                if _sqlstate(exc) == STALE:
+                    self.stats.stale += 1
+                    log.warning("worker %s: stale token for job %d at fail (%s); outcome dropped",
+                                self._label(), job.id, exc.diag.message_primary)
+                    return
+                if _sqlstate(exc) != CANCELED or attempt == 2:
+                    raise
+
+    # -- heartbeat -----------------------------------------------------------
+    async def _beat_main(self, slot: _ASlot) -> None:
+        async with slot.cond:
+            while not slot.closed:
+                job = slot.job
+                if job is None or slot.lost or slot.abandoned:
+                    await slot.cond.wait()
+                    continue
+                delay = slot.next_beat - time.monotonic()
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(slot.cond.wait(), delay)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
+                conn = slot.conn
+                try:
+                    assert conn is not None
+                    await conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    self.stats.extended += 1
+                except psycopg.Error as exc:
+                    if _sqlstate(exc) == STALE:
+                        slot.lost = True
+                        log.warning("worker %s: job %d lost its lease (%s)", self._label(),
+                                    job.id, exc.diag.message_primary)
+                    else:
+                        log.debug("heartbeat of job %d: %s", job.id, exc)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.debug("heartbeat of job %d: %s", job.id, exc)
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,0 +1,213 @@
+"""Producer and operator helpers: enqueue (inside the caller's transaction when
+given a connection), cancel, item_state with a server-side wait, stats."""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ._common import Interval, to_interval
+from ._features import FEATURES_SQL, Features
+from .errors import map_error
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """What ``claim.item_state`` says about one item."""
+
+    state: str                      # waiting scheduled ready claimed completed dead cancelled
+    attempt: Optional[int]
+    result: Any
+    error: Optional[str]
+    finished_at: Optional[_dt.datetime]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One row of ``claim.queue_stats``; ``extra`` holds columns this client
+    does not name."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    claimed: int
+    dead: int
+    oldest_ready_age: Optional[_dt.timedelta]
+    extra: Dict[str, Any]
+
+
+_STATS_FIELDS = ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age")
+
+Target = Union[str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
+
+
+def _call(name: str, positional: Sequence[Any], named: Dict[str, Any],
+          casts: Dict[str, str]) -> Tuple[sql.Composed, List[Any]]:
+    """``claim.name(p1, p2, k => v, ...)`` with named arguments left out when None."""
+    parts: List[sql.Composable] = []
+    params: List[Any] = []
+    for value in positional:
+        parts.append(sql.SQL("%s"))
+        params.append(value)
+    for key, value in named.items():
+        if value is None:
+            continue
+        cast = casts.get(key)
+        ph = sql.SQL("%s::" + cast) if cast else sql.SQL("%s")
+        parts.append(sql.SQL("{} => ").format(sql.Identifier(key)) + ph)
+        params.append(value)
+    query = sql.SQL("claim.{}({})").format(sql.Identifier(name), sql.SQL(", ").join(parts))
+    return query, params
+
+
+class Client:
+    """Helpers over one connection.
+
+    Given a conninfo string, the client opens its own autocommit connection
+    (closed by :meth:`close` or ``with``). Given a psycopg connection or
+    cursor, it runs on that connection as it is: inside the caller's open
+    transaction, committed or rolled back by the caller.
+    """
+
+    def __init__(self, target: Target, *, prepare: bool = False,
+                 connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        if isinstance(target, str):
+            kwargs = dict(connect_kwargs or {})
+            kwargs.setdefault("prepare_threshold", 5 if prepare else None)
+            self.conn: psycopg.Connection[Any] = psycopg.connect(target, autocommit=True, **kwargs)
+            self._owned = True
+        elif isinstance(target, psycopg.Cursor):
+            self.conn = target.connection
+            self._owned = False
+        elif isinstance(target, psycopg.Connection):
+            self.conn = target
+            self._owned = False
+        else:
+            raise TypeError("Client() takes a conninfo string, a psycopg Connection or a Cursor")
+        self._features: Optional[Features] = None
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection if this client opened it."""
+        if self._owned and not self.conn.closed:
+            self.conn.close()
+
+    # -- plumbing ------------------------------------------------------------
+    @property
+    def features(self) -> Features:
+        if self._features is None:
+            self._features = Features.from_rows(self._exec(FEATURES_SQL).fetchall())
+        return self._features
+
+    def _exec(self, query: Any, params: Optional[Sequence[Any]] = None) -> "psycopg.Cursor[Any]":
+        try:
+            return self.conn.execute(query, params)
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+
+    def _select(self, call: sql.Composed, params: List[Any], suffix: str = "") -> "psycopg.Cursor[Any]":
+        return self._exec(sql.SQL("SELECT ") + call + sql.SQL(suffix), params)
+
+    # -- producers -----------------------------------------------------------
+    def enqueue(self, queue: str, payload: Any = None, *, group_key: Optional[str] = None,
+                run_at: Optional[_dt.datetime] = None, priority: Optional[int] = None,
+                dedup_key: Optional[str] = None, after: Optional[Sequence[int]] = None) -> int:
+        """Add one item; returns its id. ``after``: ids that must finish first
+        (needs a server with ``enqueue(after => ...)``)."""
+        if after is not None:
+            self.features.require("enqueue", "after")
+        call, params = _call("enqueue", [queue, Jsonb({} if payload is None else payload)],
+                             {"group_key": group_key, "run_at": run_at, "priority": priority,
+                              "dedup_key": dedup_key, "after": list(after) if after is not None else None},
+                             {"group_key": "text", "run_at": "timestamptz", "priority": "int",
+                              "dedup_key": "text", "after": "bigint[]"})
+        row = self._select(call, params).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def enqueue_batch(self, queue: str, payloads: Iterable[Any], *,
+                      group_keys: Optional[Sequence[Optional[str]]] = None,
+                      run_at: Optional[_dt.datetime] = None,
+                      priority: Optional[int] = None) -> List[int]:
+        """Add many items in one statement; ids in the order of ``payloads``."""
+        docs = [Jsonb({} if p is None else p) for p in payloads]
+        call, params = _call("enqueue_batch", [queue, docs],
+                             {"group_keys": list(group_keys) if group_keys is not None else None,
+                              "run_at": run_at, "priority": priority},
+                             {"group_keys": "text[]", "run_at": "timestamptz", "priority": "int"})
+        return [int(r[0]) for r in self._exec(sql.SQL("SELECT * FROM ") + call, params).fetchall()]
+
+    # -- lifecycle -----------------------------------------------------------
+    def cancel(self, queue: str, ids: Sequence[int]) -> int:
+        """Cancel items; live claims on them are revoked (their tokens become
+        stale). Returns how many were cancelled."""
+        self.features.require("cancel")
+        row = self._exec("SELECT claim.cancel(%s, %s::bigint[])", (queue, list(ids))).fetchone()
+        assert row is not None
+        return int(row[0] or 0)
+
+    def item_state(self, queue: str, id: int, wait: Interval = 0) -> Optional[ItemState]:
+        """The item's state; with ``wait``, waits inside the server up to that
+        long for it to finish. None when the server knows nothing of it."""
+        self.features.require("item_state")
+        row = self._exec("SELECT state, attempt, result, error, finished_at "
+                         "FROM claim.item_state(%s, %s::bigint, %s::interval)",
+                         (queue, id, to_interval(wait))).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return ItemState(state=row[0], attempt=row[1], result=row[2], error=row[3], finished_at=row[4])
+
+    def stats(self, queue: Optional[str] = None) -> List[QueueStats]:
+        """Rows of ``claim.queue_stats`` (one queue, or all)."""
+        cur = self._exec("SELECT * FROM claim.queue_stats" +
+                         (" WHERE queue = %s" if queue is not None else "") + " ORDER BY queue",
+                         (queue,) if queue is not None else None)
+        names = [d.name for d in (cur.description or [])]
+        out: List[QueueStats] = []
+        for row in cur.fetchall():
+            rec = dict(zip(names, row))
+            extra = {k: v for k, v in rec.items() if k not in _STATS_FIELDS}
+            out.append(QueueStats(queue=rec["queue"], ready=int(rec["ready"] or 0),
+                                  scheduled=int(rec["scheduled"] or 0),
+                                  claimed=int(rec["claimed"] or 0), dead=int(rec["dead"] or 0),
+                                  oldest_ready_age=rec.get("oldest_ready_age"), extra=extra))
+        return out
+
+    # -- administration ------------------------------------------------------
+    def create_queue(self, queue: str, *, lease: Optional[Interval] = None,
+                     max_attempts: Optional[int] = None, backoff: Optional[Interval] = None,
+                     **options: Any) -> None:
+        """``claim.create_queue`` with the named options given."""
+        named: Dict[str, Any] = {"lease": to_interval(lease), "max_attempts": max_attempts,
+                                 "backoff": to_interval(backoff)}
+        named.update(options)
+        call, params = _call("create_queue", [queue], named,
+                             {"lease": "interval", "max_attempts": "int", "backoff": "interval",
+                              "retain": "interval"})
+        self._select(call, params)
+
+    def drop_queue(self, queue: str) -> None:
+        self._exec("SELECT claim.drop_queue(%s)", (queue,))
+
+    def redrive(self, queue: str, ids: Optional[Sequence[int]] = None) -> int:
+        row = self._exec("SELECT claim.redrive(%s, %s::bigint[])",
+                         (queue, list(ids) if ids is not None else None)).fetchone()
+        assert row is not None
+        return int(row[0] or 0)
+
+    def pause(self, queue: str) -> None:
+        self.features.require("pause")
+        self._exec("SELECT claim.pause(%s)", (queue,))
+
+    def resume(self, queue: str) -> None:
+        self.features.require("resume")
+        self._exec("SELECT claim.resume(%s)", (queue,))

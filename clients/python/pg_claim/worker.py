@@ -1,0 +1,579 @@
+"""The synchronous worker: claim with a server-side wait, run up to
+``concurrency`` handlers at once in threads, heartbeat their leases, complete
+or fail them, and stop cleanly on SIGTERM/SIGINT.
+
+Each slot owns one connection and one thread and claims for itself, so a
+slot's loop is the hand-written loop (claim, handle, complete) with the
+worker's extras around it. When the server's ``claim_next`` takes ``done``,
+a slot that finished a job with no result completes it inside its next claim:
+one round trip per job.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ._common import Interval, Job, Retry, WorkerStats, to_interval
+from ._features import FEATURES_SQL, Features
+
+log = logging.getLogger("pg_claim.worker")
+
+Handler = Callable[[Job], Any]
+
+_COLUMNS = ("queue, id, token, group_key, payload, attempt, enqueued_at, lease_until, "
+            "extract(epoch FROM lease_until - pg_catalog.clock_timestamp())::float8")
+CLAIM_SQL = (f"SELECT {_COLUMNS} FROM claim.claim_next(%s, 1, %s::interval, %s::interval, %s)")
+CLAIM_DONE_SQL = (f"SELECT {_COLUMNS} FROM claim.claim_next(%s, 1, %s::interval, %s::interval, %s, "
+                  f"done => %s::bigint[])")
+COMPLETE_SQL = "SELECT claim.complete(%s::bigint)"
+COMPLETE_RESULT_SQL = "SELECT claim.complete(%s::bigint, %s::jsonb)"
+COMPLETE_MANY_SQL = "SELECT claim.complete(%s::bigint[], true)"
+FAIL_SQL = "SELECT claim.fail(%s::bigint, %s, %s::interval)"
+EXTEND_SQL = "SELECT claim.extend(%s::bigint, %s::interval)"
+RELEASE_SQL = "SELECT claim.release(%s::bigint)"
+ASSERT_SQL = "SELECT claim.assert_token(%s::bigint)"
+
+STALE = "PC001"
+CANCELED = "57014"
+
+
+def _sqlstate(exc: BaseException) -> Optional[str]:
+    return getattr(exc, "sqlstate", None)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text if text else type(exc).__name__
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    return Job(queue=row[0], id=row[1], token=row[2], group_key=row[3], payload=row[4],
+               attempt=row[5], enqueued_at=row[6], lease_until=row[7],
+               lease_seconds=max(float(row[8] or 0.0), 0.001))
+
+
+class _Abandoned(Exception):
+    """Raised inside a transactional job that shutdown gave up on."""
+
+
+class _Slot:
+    """One concurrent job: its connection, thread, heartbeat and state."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.conn: Optional[psycopg.Connection[Any]] = None
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.state = "idle"            # idle | claiming | busy | done
+        self.job: Optional[Job] = None
+        self.lost = False              # the heartbeat saw the token go stale
+        self.abandoned = False         # shutdown released (or gave up on) the job
+        self.next_beat = 0.0
+        self.last_cancel = 0.0
+        self.thread: Optional[threading.Thread] = None
+        self.beat_thread: Optional[threading.Thread] = None
+        self.closed = False
+
+
+class Worker:
+    """Runs ``handler(job)`` for items of ``queue``.
+
+    - ``concurrency``: jobs at once (one thread and one connection each).
+    - ``lease``: lease of each claim (None: the queue's default); the
+      heartbeat extends it at a third of its length while the handler runs.
+    - ``wait``: how long one claim waits inside the server for work.
+    - ``grace``: seconds that running handlers get after a stop before their
+      items are released.
+    - ``transactional``: the handler runs inside a transaction on
+      ``job.conn`` that has already called ``claim.assert_token``; its
+      writes and the completion commit together or not at all.
+    - ``burst``: return once a claim finds no work (after ``wait``).
+    - ``max_jobs``: return after claiming this many jobs.
+    - ``prepare``: let psycopg prepare statements on the server. Leave it off
+      behind a transaction-mode pooler that does not track prepared
+      statements (PgBouncer before 1.21).
+
+    The handler's return value (JSON-serializable) is the item's result. An
+    exception fails the attempt with its text; :class:`Retry` fails it with a
+    retry delay. A stale token (PC001) is logged and the outcome dropped.
+    """
+
+    def __init__(self, conninfo: str, queue: str, handler: Handler, *,
+                 concurrency: int = 1, lease: Optional[Interval] = None,
+                 wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
+                 name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
+                 max_jobs: Optional[int] = None, prepare: bool = False,
+                 connect_kwargs: Optional[Dict[str, Any]] = None,
+                 handle_signals: bool = True) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if grace < 0:
+            raise ValueError("grace must not be negative")
+        self.conninfo = conninfo
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease = to_interval(lease)
+        self.wait = to_interval(wait)
+        self.grace = float(grace)
+        self.transactional = transactional
+        self.name = name
+        self.heartbeat = heartbeat
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.prepare = prepare
+        self.connect_kwargs = dict(connect_kwargs or {})
+        self.handle_signals = handle_signals
+        self.stats = WorkerStats()
+        self.features: Optional[Features] = None
+        self._stop = threading.Event()
+        self._hurry = threading.Event()
+        self._stats_lock = threading.Lock()
+        self._tickets = 0
+        self._slots: List[_Slot] = []
+
+    # -- public ------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace`` seconds. Thread-safe;
+        a second call ends the grace period at once."""
+        if self._stop.is_set():
+            self._hurry.set()
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self) -> WorkerStats:
+        """Run until stopped (signal, :meth:`stop`, ``burst``, ``max_jobs``)."""
+        old_handlers: Dict[int, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                old_handlers[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self._start()
+            while not self._stop.is_set():
+                if not any(s.thread is not None and s.thread.is_alive() for s in self._slots):
+                    break
+                self._stop.wait(0.2)
+            self._stop.set()
+            self._shutdown()
+        finally:
+            for sig, old in old_handlers.items():
+                signal.signal(sig, old)
+            self._close()
+        return self.stats
+
+    # -- set-up and shutdown -------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        log.info("worker %s: signal %d, stopping", self._label(), signum)
+        self.stop()
+
+    def _label(self) -> str:
+        return self.name or self.queue
+
+    def _connect(self) -> "psycopg.Connection[Any]":
+        kwargs = dict(self.connect_kwargs)
+        kwargs.setdefault("prepare_threshold", 5 if self.prepare else None)
+        return psycopg.connect(self.conninfo, autocommit=True, **kwargs)
+
+    def _start(self) -> None:
+        for i in range(self.concurrency):
+            slot = _Slot(i)
+            slot.conn = self._connect()
+            self._slots.append(slot)
+        conn = self._slots[0].conn
+        assert conn is not None
+        self.features = Features.from_rows(conn.execute(FEATURES_SQL).fetchall())
+        for slot in self._slots:
+            slot.thread = threading.Thread(target=self._slot_main, args=(slot,),
+                                           name=f"pg_claim-slot-{slot.index}", daemon=True)
+            if self.heartbeat:
+                slot.beat_thread = threading.Thread(target=self._beat_main, args=(slot,),
+                                                    name=f"pg_claim-beat-{slot.index}", daemon=True)
+                slot.beat_thread.start()
+            slot.thread.start()
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.grace
+        # Stop the claims that wait in the server, then let handlers finish.
+        while time.monotonic() < deadline and not self._hurry.is_set():
+            alive = [s for s in self._slots if s.thread is not None and s.thread.is_alive()]
+            if not alive:
+                break
+            now = time.monotonic()
+            for slot in alive:
+                with slot.lock:
+                    if slot.state == "claiming" and now - slot.last_cancel > 0.25:
+                        slot.last_cancel = now
+                        self._cancel(slot)
+            alive[0].thread.join(0.05)  # type: ignore[union-attr]
+        # Past the grace period: give back what is still held.
+        waiting_tx: List[_Slot] = []
+        for slot in self._slots:
+            if slot.thread is None or not slot.thread.is_alive():
+                continue
+            with slot.lock:
+                job = slot.job
+                if job is None:
+                    if slot.state == "claiming":
+                        self._cancel(slot)
+                    continue
+                slot.abandoned = True
+            if self.transactional:
+                # The handler's transaction holds the item; cancel its current
+                # statement; the slot rolls back and releases the item itself.
+                self._cancel(slot)
+                waiting_tx.append(slot)
+            else:
+                self._release(slot, job)
+        end = time.monotonic() + 2.0
+        for slot in waiting_tx:
+            if slot.thread is not None:
+                slot.thread.join(max(0.0, end - time.monotonic()))
+                if slot.thread.is_alive():
+                    log.warning("worker %s: job %d still running after the grace period; "
+                                "its item returns when its lease ends", self._label(), slot.job.id
+                                if slot.job else -1)
+        for slot in self._slots:
+            if slot.thread is not None and slot.thread.is_alive():
+                slot.thread.join(0.5)
+
+    def _cancel(self, slot: _Slot) -> None:
+        conn = slot.conn
+        if conn is not None and not conn.closed:
+            try:
+                conn.cancel()
+            except psycopg.Error as exc:
+                log.debug("cancel failed: %s", exc)
+
+    def _release(self, slot: _Slot, job: Job) -> None:
+        conn = slot.conn
+        try:
+            if conn is None or conn.closed:
+                raise psycopg.OperationalError("connection closed")
+            conn.execute(RELEASE_SQL, (job.token,))
+            self._count("released")
+            log.warning("worker %s: job %d still running after the grace period: released "
+                        "(its outcome will be dropped)", self._label(), job.id)
+        except psycopg.Error as exc:
+            log.warning("worker %s: could not release job %d (%s); it returns when its lease ends",
+                        self._label(), job.id, exc)
+
+    def _close(self) -> None:
+        for slot in self._slots:
+            with slot.lock:
+                slot.closed = True
+                slot.cond.notify_all()
+            alive = slot.thread is not None and slot.thread.is_alive()
+            if slot.conn is not None and not alive:
+                slot.conn.close()
+
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._stats_lock:
+            setattr(self.stats, what, getattr(self.stats, what) + n)
+
+    # -- the slot loop -------------------------------------------------------
+    def _take_ticket(self) -> bool:
+        if self.max_jobs is None:
+            return True
+        with self._stats_lock:
+            if self._tickets >= self.max_jobs:
+                return False
+            self._tickets += 1
+            return True
+
+    def _return_ticket(self) -> None:
+        if self.max_jobs is not None:
+            with self._stats_lock:
+                self._tickets -= 1
+
+    def _slot_main(self, slot: _Slot) -> None:
+        pending: List[int] = []
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not self._take_ticket():
+                        break
+                    rows = self._claim(slot, pending)
+                    pending = []
+                    if rows is None:
+                        self._return_ticket()
+                        break
+                    if not rows:
+                        self._return_ticket()
+                        if self.burst:
+                            break
+                        continue
+                    job = job_from_row(rows[0])
+                    if self._process(slot, job):
+                        pending = [job.token]
+                except psycopg.OperationalError as exc:
+                    pending = []
+                    self._reconnect(slot, exc)
+                except Exception:
+                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
+                    pending = []
+                    self._stop.wait(1.0)
+            if pending:
+                self._complete_now(slot, pending[0], None)
+        finally:
+            with slot.lock:
+                slot.state = "done"
+
+    def _reconnect(self, slot: _Slot, exc: BaseException) -> None:
+        log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
+                    self._label(), slot.index, exc)
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                old = slot.conn
+                new = self._connect()
+                with slot.lock:
+                    slot.conn = new
+                if old is not None:
+                    old.close()
+                return
+            except psycopg.OperationalError as err:
+                log.warning("worker %s: reconnect failed: %s", self._label(), err)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _claim(self, slot: _Slot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
+        """Claim one job (completing ``pending`` in the same statement when
+        possible). None: stopped while claiming."""
+        with slot.lock:
+            if self._stop.is_set():
+                if pending:
+                    slot.state = "busy"
+                else:
+                    return None
+            else:
+                slot.state = "claiming"
+        conn = slot.conn
+        assert conn is not None
+        try:
+            if pending:
+                if slot.state == "busy":          # stopping: complete only
+                    self._complete_now(slot, pending[0], None)
+                    return None
+                try:
+                    rows = conn.execute(CLAIM_DONE_SQL, (self.queue, self.lease, "0", self.name,
+                                                         pending)).fetchall()
+                    self._count("completed", len(pending))
+                    if rows:
+                        self._count("claimed")
+                        return rows
+                except psycopg.Error as exc:
+                    if _sqlstate(exc) == STALE:
+                        self._count("stale", len(pending))
+                        log.warning("worker %s: stale token at completion (%s); outcome dropped",
+                                    self._label(), exc.diag.message_primary)
+                    elif _sqlstate(exc) == CANCELED:
+                        # The completion rolled back with the claim: redo it.
+                        self._complete_now(slot, pending[0], None)
+                        if self._stop.is_set():
+                            return None
+                    else:
+                        raise
+                if self._stop.is_set():
+                    return None
+            try:
+                rows = conn.execute(CLAIM_SQL, (self.queue, self.lease, self.wait,
+                                                self.name)).fetchall()
+            except psycopg.Error as exc:
+                if _sqlstate(exc) == CANCELED:
+                    if self._stop.is_set():
+                        return None
+                    log.warning("worker %s: claim cancelled (%s)", self._label(),
+                                exc.diag.message_primary)
+                    return []
+                raise
+            if rows:
+                self._count("claimed")
+            return rows
+        finally:
+            with slot.lock:
+                if slot.state == "claiming":
+                    slot.state = "busy"
+
+    def _start_job(self, slot: _Slot, job: Job) -> None:
+        with slot.lock:
+            slot.job = job
+            slot.lost = False
+            slot.abandoned = False
+            slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
+            slot.cond.notify()
+
+    def _end_job(self, slot: _Slot) -> Tuple[bool, bool]:
+        with slot.lock:
+            slot.job = None
+            return slot.abandoned, slot.lost
+
+    def _process(self, slot: _Slot, job: Job) -> bool:
+        """Run one job. True: completion deferred to the next claim."""
+        if self.transactional:
+            self._process_tx(slot, job)
+            return False
+        self._start_job(slot, job)
+        outcome: Tuple[str, Any]
+        try:
+            outcome = ("ok", self.handler(job))
+        except Retry as exc:
+            outcome = ("retry", exc)
+        except Exception as exc:  # the handler's failure is the job's outcome
+            outcome = ("fail", exc)
+        abandoned, lost = self._end_job(slot)
+        if abandoned:
+            log.info("worker %s: job %d finished after it was released; outcome dropped",
+                     self._label(), job.id)
+            return False
+        kind, value = outcome
+        if kind == "ok":
+            if (value is None and self.features is not None and self.features.claim_done
+                    and not self._stop.is_set()):
+                return True
+            self._complete_now(slot, job.token, value)
+        elif kind == "retry":
+            self._fail_now(slot, job, _error_text(value), value.after)
+        else:
+            log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                     job.attempt, _error_text(value))
+            self._fail_now(slot, job, _error_text(value), None)
+        return False
+
+    def _process_tx(self, slot: _Slot, job: Job) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            with conn.transaction():
+                conn.execute(ASSERT_SQL, (job.token,))
+                job.conn = conn
+                self._start_job(slot, job)
+                try:
+                    result = self.handler(job)
+                finally:
+                    abandoned, lost = self._end_job(slot)
+                if abandoned:
+                    raise _Abandoned()
+                self._execute_complete(conn, job.token, result)
+            self._count("completed")
+        except _Abandoned:
+            self._release_after_abandon(slot, job)
+        except Retry as exc:
+            if self._abandoned(slot):
+                self._release_after_abandon(slot, job)
+            else:
+                self._fail_now(slot, job, _error_text(exc), exc.after)
+        except Exception as exc:
+            if _sqlstate(exc) == STALE or slot.lost:
+                self._count("stale")
+                log.warning("worker %s: job %d: token is stale, its writes were rolled back (%s)",
+                            self._label(), job.id, _error_text(exc))
+            elif self._abandoned(slot):
+                self._release_after_abandon(slot, job)
+            elif isinstance(exc, psycopg.OperationalError):
+                raise
+            else:
+                log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                         job.attempt, _error_text(exc))
+                self._fail_now(slot, job, _error_text(exc), None)
+        finally:
+            job.conn = None
+
+    def _abandoned(self, slot: _Slot) -> bool:
+        with slot.lock:
+            return slot.abandoned
+
+    def _release_after_abandon(self, slot: _Slot, job: Job) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            conn.execute(RELEASE_SQL, (job.token,))
+            self._count("released")
+            log.warning("worker %s: job %d rolled back and released at shutdown",
+                        self._label(), job.id)
+        except psycopg.Error as exc:
+            log.warning("worker %s: job %d rolled back; release failed (%s)", self._label(),
+                        job.id, _error_text(exc))
+
+    def _execute_complete(self, conn: "psycopg.Connection[Any]", token: int, result: Any) -> None:
+        if result is not None and self.features is not None and self.features.complete_result:
+            conn.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
+        else:
+            conn.execute(COMPLETE_SQL, (token,))
+
+    def _retrying(self, fn: Callable[[], None]) -> None:
+        """Run a completion statement; a cancel meant for a claim may hit it."""
+        for attempt in range(3):
+            try:
+                fn()
+                return
+            except psycopg.Error as exc:
+                if _sqlstate(exc) != CANCELED or attempt == 2:
+                    raise
+
+    def _complete_now(self, slot: _Slot, token: int, result: Any) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            self._retrying(lambda: self._execute_complete(conn, token, result))
+            self._count("completed")
+        except psycopg.Error as exc:
+            if _sqlstate(exc) != STALE:
+                raise
+            self._count("stale")
+            log.warning("worker %s: stale token %d at completion (%s); outcome dropped",
+                        self._label(), token, exc.diag.message_primary)
+
+    def _fail_now(self, slot: _Slot, job: Job, error: str, retry_in: Any) -> None:
+        conn = slot.conn
+        assert conn is not None
+        try:
+            self._retrying(lambda: conn.execute(FAIL_SQL, (job.token, error, retry_in)) and None)
+            self._count("retried" if retry_in is not None else "failed")
+        except psycopg.Error as exc:
+            if _sqlstate(exc) != STALE:
+                raise
+            self._count("stale")
+            log.warning("worker %s: stale token for job %d at fail (%s); outcome dropped",
+                        self._label(), job.id, exc.diag.message_primary)
+
+    # -- heartbeat -----------------------------------------------------------
+    def _beat_main(self, slot: _Slot) -> None:
+        with slot.cond:
+            while not slot.closed:
+                job = slot.job
+                if job is None or slot.lost or slot.abandoned:
+                    slot.cond.wait()
+                    continue
+                delay = slot.next_beat - time.monotonic()
+                if delay > 0:
+                    slot.cond.wait(delay)
+                    continue
+                # Due: extend on the slot's connection while holding the slot
+                # lock, so the job cannot end (and, in transactional mode, the
+                # next job's transaction cannot start) under the extend.
+                conn = slot.conn
+                lease = self.lease
+                slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
+                try:
+                    assert conn is not None
+                    conn.execute(EXTEND_SQL, (job.token, lease))
+                    with self._stats_lock:
+                        self.stats.extended += 1
+                except psycopg.Error as exc:
+                    if _sqlstate(exc) == STALE:
+                        slot.lost = True
+                        log.warning("worker %s: job %d lost its lease (%s)", self._label(),
+                                    job.id, exc.diag.message_primary)
+                    else:
+                        log.debug("heartbeat of job %d: %s", job.id, exc)
+                except Exception as exc:  # never let the heartbeat thread die
+                    log.debug("heartbeat of job %d: %s", job.id, exc)
