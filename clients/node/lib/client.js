@@ -1,0 +1,120 @@
+'use strict';
+
+const { mapError, NotSupportedError } = require('./errors');
+const { toInterval, makePool } = require('./util');
+
+function jsonParam(value) {
+  return JSON.stringify(value === undefined ? {} : value);
+}
+
+/**
+ * Producer and operator helpers. Every method takes an optional `client`
+ * (a pg.Client or PoolClient): the call then runs on it, inside whatever
+ * transaction it has open, so an enqueue commits or rolls back with the
+ * caller's own writes.
+ */
+class Client {
+  constructor(options) {
+    if (!options || (!options.pool && !options.connectionString && !options.poolConfig)) {
+      throw new TypeError('Client: give connectionString, poolConfig or pool');
+    }
+    const { pool, owned } = makePool(options);
+    this.pool = pool;
+    this._ownsPool = owned;
+  }
+
+  async _query(sql, params, opts, fn) {
+    const on = (opts && opts.client) || this.pool;
+    try {
+      return await on.query(sql, params);
+    } catch (err) {
+      if (err && err.code === '42883' && fn) {
+        throw new NotSupportedError(`the server's pg_claim has no ${fn} of this form (${err.message})`, err);
+      }
+      throw mapError(err);
+    }
+  }
+
+  /** Adds an item; resolves to its id (a string: ids are bigint). */
+  async enqueue(queue, payload, opts = {}) {
+    const params = [queue, jsonParam(payload), opts.groupKey === undefined ? null : opts.groupKey,
+      opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority,
+      opts.dedupKey === undefined ? null : opts.dedupKey];
+    let call = 'claim.enqueue($1::text, $2::jsonb, $3::text, $4::timestamptz, $5::int, $6::text';
+    if (opts.after !== undefined && opts.after !== null) {
+      params.push(opts.after.map(String));
+      call += ', after => $7::bigint[]';
+    }
+    call += ')';
+    const { rows } = await this._query(`SELECT ${call} AS id`, params, opts, opts.after ? 'enqueue(..., after)' : null);
+    return rows[0].id;
+  }
+
+  /** Adds many items in one statement; resolves to their ids in order. */
+  async enqueueBatch(queue, payloads, opts = {}) {
+    if (!Array.isArray(payloads)) throw new TypeError('enqueueBatch: payloads must be an array');
+    const { rows } = await this._query(
+      'SELECT id FROM claim.enqueue_batch($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
+      [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
+        opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority],
+      opts);
+    return rows.map((r) => r.id);
+  }
+
+  /** Cancels items (live claims are revoked); resolves to how many. */
+  async cancel(queue, ids, opts = {}) {
+    const { rows } = await this._query('SELECT claim.cancel($1::text, $2::bigint[]) AS n',
+      [queue, ids.map(String)], opts, 'claim.cancel');
+    return rows[0].n;
+  }
+
+  /**
+   * The state of an item: { state, attempt, result, error, finishedAt }, or
+   * null when the queue holds no trace of it. With `wait`, waits inside the
+   * server until the item is finished or the wait ends.
+   */
+  async itemState(queue, id, opts = {}) {
+    const { rows } = await this._query(
+      'SELECT state, attempt, result, error, finished_at FROM claim.item_state($1::text, $2::bigint, $3::interval)',
+      [queue, String(id), toInterval(opts.wait === undefined ? 0 : opts.wait, 'wait')], opts, 'claim.item_state');
+    const r = rows[0];
+    if (!r || r.state === null) return null;
+    return { state: r.state, attempt: r.attempt, result: r.result, error: r.error, finishedAt: r.finished_at };
+  }
+
+  /** Rows of claim.queue_stats (all queues, or one). */
+  async stats(queue, opts = {}) {
+    const sql = 'SELECT queue, ready, scheduled, claimed, dead, oldest_ready_age FROM claim.queue_stats' +
+      (queue ? ' WHERE queue = $1::text' : '') + ' ORDER BY queue';
+    const { rows } = await this._query(sql, queue ? [queue] : [], opts);
+    return rows.map((r) => ({
+      queue: r.queue,
+      ready: Number(r.ready),
+      scheduled: Number(r.scheduled),
+      claimed: Number(r.claimed),
+      dead: Number(r.dead),
+      oldestReadyAge: r.oldest_ready_age,
+    }));
+  }
+
+  /** Creates a queue (an admin function). */
+  async createQueue(queue, opts = {}) {
+    await this._query(
+      'SELECT claim.create_queue($1::text, $2::interval, $3::int, $4::interval)',
+      [queue, toInterval(opts.lease === undefined ? 30000 : opts.lease, 'lease'),
+        opts.maxAttempts === undefined ? 5 : opts.maxAttempts,
+        toInterval(opts.backoff === undefined ? 1000 : opts.backoff, 'backoff')], opts);
+  }
+
+  /** Drops a queue with its items (an admin function). */
+  async dropQueue(queue, opts = {}) {
+    await this._query('SELECT claim.drop_queue($1::text)', [queue], opts);
+  }
+
+  /** Ends the pool if this Client created it. */
+  async close() {
+    if (this._ownsPool) await this.pool.end();
+  }
+}
+
+module.exports = { Client };

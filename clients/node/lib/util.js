@@ -1,0 +1,91 @@
+'use strict';
+
+const net = require('net');
+const pg = require('pg');
+
+/**
+ * A duration for the server: a number is milliseconds, a string is passed on
+ * as a PostgreSQL interval ('30 seconds'), null/undefined stays NULL.
+ */
+function toInterval(value, what) {
+  if (value === null || value === undefined) return null;
+  if (typeof value === 'number') {
+    if (!Number.isFinite(value) || value < 0) throw new TypeError(`${what} must be a finite number of milliseconds >= 0`);
+    return `${Math.round(value)} milliseconds`;
+  }
+  if (typeof value === 'string') return value;
+  throw new TypeError(`${what} must be milliseconds (number) or an interval (string)`);
+}
+
+/** Makes a pg.Pool from { pool } or { connectionString } (or other pg.Pool options). */
+function makePool(options, max) {
+  if (options.pool) return { pool: options.pool, owned: false };
+  const config = {};
+  if (options.connectionString) config.connectionString = options.connectionString;
+  if (options.poolConfig) Object.assign(config, options.poolConfig);
+  if (max !== undefined && config.max === undefined) config.max = max;
+  const pool = new pg.Pool(config);
+  // An idle client that loses its connection must not crash the process.
+  pool.on('error', () => {});
+  return { pool, owned: true };
+}
+
+/**
+ * Sends PostgreSQL's CancelRequest for whatever statement `client` is running,
+ * on a connection of its own to the same host and port (PgBouncer forwards
+ * it to the right server). A backend that is not running a statement ignores
+ * it. Resolves once the request is sent (or could not be); never rejects.
+ */
+function cancelActive(client) {
+  return new Promise((resolve) => {
+    if (!client || client.processID === null || client.processID === undefined || client.secretKey === null ||
+        client.secretKey === undefined) {
+      resolve(false);
+      return;
+    }
+    const host = client.host || 'localhost';
+    const port = client.port || 5432;
+    const target = host.startsWith('/') ? { path: `${host}/.s.PGSQL.${port}` } : { host, port };
+    const msg = Buffer.alloc(16);
+    msg.writeInt32BE(16, 0);
+    msg.writeInt32BE(80877102, 4);
+    msg.writeInt32BE(client.processID | 0, 8);
+    msg.writeInt32BE(client.secretKey | 0, 12);
+    let settled = false;
+    const finish = (ok) => {
+      if (!settled) {
+        settled = true;
+        resolve(ok);
+      }
+    };
+    const socket = net.connect(target, () => {
+      socket.end(msg);
+    });
+    socket.setTimeout(5000, () => socket.destroy());
+    socket.on('error', () => finish(false));
+    socket.on('close', () => finish(true));
+  });
+}
+
+const FEATURE_SQL = `
+SELECT
+  EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'claim' AND p.proname = 'claim_next' AND 'done' = ANY (p.proargnames)) AS done,
+  EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'claim' AND p.proname = 'complete' AND p.proargtypes[0] = 'pg_catalog.int8'::pg_catalog.regtype
+            AND 'result' = ANY (p.proargnames)) AS result,
+  EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'claim' AND p.proname = 'cancel') AS cancel,
+  EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'claim' AND p.proname = 'item_state') AS item_state`;
+
+/** What the server's pg_claim offers beyond 0.1.0. */
+async function detectFeatures(queryable) {
+  const { rows } = await queryable.query(FEATURE_SQL);
+  const r = rows[0];
+  return { done: r.done, result: r.result, cancel: r.cancel, itemState: r.item_state };
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+module.exports = { toInterval, makePool, cancelActive, detectFeatures, sleep };

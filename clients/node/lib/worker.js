@@ -1,0 +1,596 @@
+'use strict';
+
+const os = require('os');
+const { EventEmitter } = require('events');
+const { mapError, isStale, RetryError } = require('./errors');
+const { toInterval, makePool, cancelActive, detectFeatures, sleep } = require('./util');
+
+const immediate = () => new Promise((resolve) => setImmediate(resolve));
+const MAX_ERROR_TEXT = 8000;
+
+const defaultLogger = {
+  info() {},
+  warn: (...args) => console.warn('[pg-claim]', ...args),
+  error: (...args) => console.error('[pg-claim]', ...args),
+};
+
+function errorText(err) {
+  let text;
+  if (err instanceof Error) text = err.message || err.name;
+  else text = String(err);
+  return text.length > MAX_ERROR_TEXT ? text.slice(0, MAX_ERROR_TEXT) : text;
+}
+
+function jsonOrNull(value) {
+  if (value === undefined || value === null) return null;
+  return JSON.stringify(value);
+}
+
+/**
+ * Claims items of one queue and runs a handler on each, up to `concurrency`
+ * at once. See README.md for the options and the guarantees.
+ */
+class Worker extends EventEmitter {
+  constructor(options) {
+    super();
+    if (!options || typeof options !== 'object') throw new TypeError('Worker: options are required');
+    const { queue, handler } = options;
+    if (typeof queue !== 'string' || queue === '') throw new TypeError('Worker: queue must be a non-empty string');
+    if (typeof handler !== 'function') throw new TypeError('Worker: handler must be a function');
+    const concurrency = options.concurrency === undefined ? 1 : options.concurrency;
+    if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 10000) {
+      throw new TypeError('Worker: concurrency must be an integer from 1 to 10000');
+    }
+    if (!options.pool && !options.connectionString && !options.poolConfig) {
+      throw new TypeError('Worker: give connectionString, poolConfig or pool');
+    }
+    this.queue = queue;
+    this.handler = handler;
+    this.concurrency = concurrency;
+    this.transactional = !!options.transactional;
+    this.lease = toInterval(options.lease, 'lease');
+    this.wait = toInterval(options.wait === undefined ? 5000 : options.wait, 'wait');
+    this.grace = options.grace === undefined ? 30000 : options.grace;
+    if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
+    this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
+    this.workerName = options.worker || `node:${os.hostname()}:${process.pid}`;
+    this.logger = Object.assign({}, defaultLogger, options.logger || {});
+    this._options = options;
+    this._signal = options.signal || null;
+    this._pool = null;
+    this._ownsPool = false;
+    this._features = null;
+    this._claimClient = null;
+    this._state = 'new'; // new | idle | claiming | backoff | stopped
+    this._stopping = false;
+    this._stopRequestedAt = 0;
+    this._active = 0; // handlers running (slots in use)
+    this._jobs = new Set(); // jobs not yet settled (handler or completion pending)
+    this._pendingDone = []; // finished jobs whose completion rides on the next claim
+    this._batch = []; // finished jobs to complete together in one statement
+    this._batchScheduled = false;
+    this._completions = new Set(); // completion promises in flight
+    this._wake = null;
+    this._runPromise = null;
+    this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
+  }
+
+  /** Claims and runs items until stop() or the signal; resolves when all is given back. */
+  run() {
+    if (this._runPromise) return this._runPromise;
+    this._runPromise = this._run();
+    return this._runPromise;
+  }
+
+  /** Stops claiming, lets running handlers finish up to `grace`, releases the rest. */
+  stop() {
+    if (!this._stopping) {
+      this._stopping = true;
+      this._stopRequestedAt = Date.now();
+      this._kick();
+      if (this._state === 'claiming' && this._claimClient) {
+        cancelActive(this._claimClient).catch(() => {});
+      }
+    }
+    return this._runPromise || Promise.resolve();
+  }
+
+  /** The pg.Pool the worker uses (given or its own); set once run() started. */
+  get pool() {
+    return this._pool;
+  }
+
+  get running() {
+    return this._runPromise !== null && this._state !== 'stopped';
+  }
+
+  async _run() {
+    const onAbort = () => this.stop();
+    if (this._signal) {
+      if (this._signal.aborted) this._stopping = true;
+      else this._signal.addEventListener('abort', onAbort, { once: true });
+    }
+    const { pool, owned } = makePool(this._options, this.concurrency + 2);
+    this._pool = pool;
+    this._ownsPool = owned;
+    try {
+      this._features = await detectFeatures(pool);
+      if (!this._stopping) await this._dispatch();
+      await this._drain();
+    } finally {
+      this._state = 'stopped';
+      if (this._signal) this._signal.removeEventListener('abort', onAbort);
+      if (this._claimClient) {
+        // Closed rather than pooled: a cancel sent by stop() may still be on its way.
+        this._claimClient.release(true);
+        this._claimClient = null;
+      }
+      if (this._ownsPool) await pool.end().catch(() => {});
+      this.emit('stopped');
+    }
+  }
+
+  _kick() {
+    const wake = this._wake;
+    if (wake) {
+      this._wake = null;
+      wake();
+    }
+  }
+
+  _sleepInterruptibly(ms) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this._wake = null;
+        resolve();
+      }, ms);
+      this._wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  // --- the claim loop -------------------------------------------------------
+
+  async _dispatch() {
+    let backoff = 250;
+    while (!this._stopping) {
+      if (this._active >= this.concurrency) {
+        this._state = 'idle';
+        await new Promise((resolve) => {
+          this._wake = resolve;
+        });
+        continue;
+      }
+      // Let handlers that are about to finish do so, so that their tokens
+      // ride on this claim.
+      this._state = 'idle';
+      await immediate();
+      if (this._stopping) break;
+      const free = this.concurrency - this._active;
+      if (free <= 0) continue;
+      const done = this._features.done ? this._pendingDone.splice(0) : [];
+      this._state = 'claiming';
+      let rows;
+      try {
+        if (!this._claimClient) {
+          this._claimClient = await this._pool.connect();
+          this._claimClient.on('error', () => {});
+        }
+        rows = await this._claim(free, done);
+        backoff = 250;
+      } catch (err) {
+        this._state = 'backoff';
+        if (done.length) this._completeEach(done);
+        const stoppingCancel = this._stopping && err && err.code === '57014';
+        if (!stoppingCancel) {
+          this.logger.error(`claim_next on queue ${this.queue} failed: ${errorText(err)}`);
+        }
+        if (this._claimClient && !(err && typeof err.code === 'string' && err.code.length === 5)) {
+          // Not a server error: the connection may be gone; take a new one.
+          this._claimClient.release(true);
+          this._claimClient = null;
+        }
+        if (this._stopping) break;
+        await this._sleepInterruptibly(backoff);
+        backoff = Math.min(backoff * 2, 5000);
+        continue;
+      }
+      this._state = 'idle';
+      for (const job of done) this._settled(job, 'completed');
+      if (this._stopping) {
+        // Claimed after stop() was called: give them back unstarted.
+        for (const row of rows) this._releaseUnstarted(row);
+        break;
+      }
+      for (const row of rows) this._start(row);
+    }
+    this._state = 'backoff';
+  }
+
+  async _claim(n, done) {
+    const params = [this.queue, n, this.lease, this.wait, this.workerName];
+    let call = 'claim.claim_next(queue => $1::text, n => $2::int, lease => $3::interval, wait => $4::interval, worker => $5::text';
+    if (done.length) {
+      params.push(done.map((job) => job.token));
+      call += ', done => $6::bigint[]';
+    }
+    call += ')';
+    this.stats.claimCalls += 1;
+    const sql = 'SELECT id, token, payload, attempt, group_key, enqueued_at, lease_until, ' +
+      '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
+      `FROM ${call}`;
+    try {
+      const { rows } = await this._claimClient.query(sql, params);
+      return rows;
+    } catch (err) {
+      throw mapError(err);
+    }
+  }
+
+  _releaseUnstarted(row) {
+    const p = this._pool.query('SELECT claim.release($1::bigint)', [row.token]).then(
+      () => { this.stats.released += 1; },
+      (err) => this.logger.warn(`release of item ${row.id} failed: ${errorText(err)}`),
+    );
+    this._track(p);
+  }
+
+  // --- one job --------------------------------------------------------------
+
+  _start(row) {
+    this.stats.claimed += 1;
+    const controller = new AbortController();
+    const job = {
+      queue: this.queue,
+      id: row.id,
+      token: row.token,
+      payload: row.payload,
+      attempt: row.attempt,
+      groupKey: row.group_key,
+      enqueuedAt: row.enqueued_at,
+      leaseUntil: row.lease_until,
+    };
+    const state = {
+      job,
+      controller,
+      lost: false,
+      abandoned: false,
+      finished: false,
+      heartbeatTimer: null,
+      extending: false,
+      client: null,
+      clientGone: false,
+      leaseMs: Math.max(row.lease_ms || 0, 0),
+    };
+    job.token = String(job.token);
+    this._active += 1;
+    this._jobs.add(state);
+    if (this.heartbeat) this._startHeartbeat(state);
+    const ctx = {
+      signal: controller.signal,
+      worker: this,
+      client: null,
+      extend: (lease) => this._extend(state, lease),
+    };
+    const run = this.transactional ? this._runTransactional(state, ctx) : this._runPlain(state, ctx);
+    run.catch((err) => this.logger.error(`internal error on item ${job.id}: ${errorText(err)}`));
+  }
+
+  _handlerDone(state) {
+    if (state.handlerDone) return;
+    state.handlerDone = true;
+    this._stopHeartbeat(state);
+    this._active -= 1;
+    this._kick();
+  }
+
+  async _runPlain(state, ctx) {
+    let result;
+    let error = null;
+    try {
+      result = await this.handler(state.job, ctx);
+    } catch (err) {
+      error = err;
+    }
+    this._handlerDone(state);
+    if (state.abandoned) return; // released at the end of the grace period
+    if (state.lost) {
+      this._dropStale(state, 'the handler finished after its lease was lost');
+      return;
+    }
+    if (error) {
+      await this._fail(state, error, this._pool);
+      return;
+    }
+    this._complete(state, result);
+  }
+
+  async _runTransactional(state, ctx) {
+    const { job } = state;
+    let client;
+    try {
+      client = await this._pool.connect();
+    } catch (err) {
+      this._handlerDone(state);
+      this.logger.error(`item ${job.id}: no connection (${errorText(err)}); it is redelivered after its lease`);
+      this._settled(state, 'dropped');
+      return;
+    }
+    client.on('error', () => {});
+    state.client = client;
+    ctx.client = client;
+    let phase = 'begin';
+    let result;
+    try {
+      if (state.abandoned) throw new Error('abandoned');
+      await client.query('BEGIN');
+      phase = 'assert';
+      await client.query('SELECT claim.assert_token($1::bigint)', [job.token]);
+      // The claim is now held until this transaction ends: no heartbeat needed.
+      this._stopHeartbeat(state);
+      phase = 'handler';
+      result = await this.handler(job, ctx);
+      this._handlerDone(state);
+      if (state.abandoned) throw new Error('abandoned');
+      phase = 'complete';
+      await this._completeOn(client, job.token, result);
+      phase = 'commit';
+      await client.query('COMMIT');
+      this._releaseClient(state, false);
+      this._settled(state, 'completed', result);
+    } catch (err) {
+      this._handlerDone(state);
+      const usable = !state.clientGone;
+      if (usable) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (e) {
+          this._releaseClient(state, true);
+        }
+      }
+      if (state.abandoned) {
+        this._releaseClient(state, true);
+        return;
+      }
+      const mapped = phase === 'handler' ? err : mapError(err);
+      if (phase !== 'handler' && isStale(mapped)) {
+        this._releaseClient(state, !usable);
+        this._dropStale(state, phase === 'assert' ? 'the claim was lost before the handler ran' : 'the claim was lost', mapped);
+        return;
+      }
+      if (phase === 'begin' || (phase === 'assert' && !(mapped && mapped.code))) {
+        this._releaseClient(state, true);
+        this.logger.error(`item ${job.id}: ${errorText(err)}; it is redelivered after its lease`);
+        this._settled(state, 'dropped');
+        return;
+      }
+      // The handler (or its commit) failed: nothing it wrote is kept.
+      const on = state.clientGone ? this._pool : client;
+      await this._fail(state, err, on);
+      this._releaseClient(state, false);
+    }
+  }
+
+  _releaseClient(state, destroy) {
+    if (state.client && !state.clientGone) {
+      state.clientGone = true;
+      state.client.release(destroy ? true : undefined);
+    }
+  }
+
+  // --- heartbeat ------------------------------------------------------------
+
+  _startHeartbeat(state) {
+    const every = Math.max(Math.floor(state.leaseMs / 3), 50);
+    state.heartbeatTimer = setInterval(() => {
+      if (state.extending || state.finished || state.lost) return;
+      this._extend(state, this.lease).catch(() => {});
+    }, every);
+    if (state.heartbeatTimer.unref) state.heartbeatTimer.unref();
+  }
+
+  _stopHeartbeat(state) {
+    if (state.heartbeatTimer) {
+      clearInterval(state.heartbeatTimer);
+      state.heartbeatTimer = null;
+    }
+  }
+
+  async _extend(state, lease) {
+    state.extending = true;
+    try {
+      const { rows } = await this._pool.query('SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
+        [state.job.token, toInterval(lease, 'lease')]);
+      state.job.leaseUntil = rows[0].lease_until;
+      return rows[0].lease_until;
+    } catch (err) {
+      const mapped = mapError(err);
+      if (isStale(mapped) && !state.finished && !state.handlerDone) {
+        state.lost = true;
+        this._stopHeartbeat(state);
+        state.controller.abort(mapped);
+      } else if (!state.finished && !isStale(mapped)) {
+        this.logger.warn(`heartbeat of item ${state.job.id} failed: ${errorText(err)}`);
+      }
+      throw mapped;
+    } finally {
+      state.extending = false;
+    }
+  }
+
+  // --- outcomes -------------------------------------------------------------
+
+  _completeOn(queryable, token, result) {
+    const json = jsonOrNull(result);
+    if (json !== null && this._features.result) {
+      return queryable.query('SELECT claim.complete($1::bigint, $2::jsonb)', [token, json]);
+    }
+    return queryable.query('SELECT claim.complete($1::bigint)', [token]);
+  }
+
+  _complete(state, result) {
+    const json = jsonOrNull(result);
+    if (json !== null && this._features.result) {
+      this._track(this._completeOn(this._pool, state.job.token, result).then(
+        () => this._settled(state, 'completed', result),
+        (err) => this._completionFailed(state, err),
+      ));
+      return;
+    }
+    if (this._features.done && this._state === 'idle' && !this._stopping) {
+      // The claim loop is about to claim: the completion rides on it.
+      state.result = result;
+      this._pendingDone.push(state);
+      return;
+    }
+    state.result = result;
+    this._batch.push(state);
+    if (!this._batchScheduled) {
+      this._batchScheduled = true;
+      setImmediate(() => this._flushBatch());
+    }
+  }
+
+  _flushBatch() {
+    this._batchScheduled = false;
+    const batch = this._batch.splice(0);
+    if (batch.length === 0) return;
+    if (batch.length === 1) {
+      this._completeEach(batch);
+      return;
+    }
+    this._track(this._pool.query('SELECT claim.complete($1::bigint[])', [batch.map((s) => s.job.token)]).then(
+      () => { for (const s of batch) this._settled(s, 'completed'); },
+      (err) => {
+        // One stale token refuses the whole batch: complete one by one.
+        if (!isStale(mapError(err))) this.logger.warn(`batch completion failed: ${errorText(err)}; completing one by one`);
+        this._completeEach(batch);
+      },
+    ));
+  }
+
+  _completeEach(states) {
+    for (const state of states) {
+      this._track(this._pool.query('SELECT claim.complete($1::bigint)', [state.job.token]).then(
+        () => this._settled(state, 'completed'),
+        (err) => this._completionFailed(state, err),
+      ));
+    }
+  }
+
+  _completionFailed(state, err) {
+    const mapped = mapError(err);
+    if (isStale(mapped)) {
+      this._dropStale(state, 'completion refused', mapped);
+    } else {
+      this.logger.error(`completion of item ${state.job.id} failed: ${errorText(err)}; it is redelivered after its lease`);
+      this._settled(state, 'dropped');
+    }
+  }
+
+  async _fail(state, error, queryable) {
+    const retryIn = error instanceof RetryError ? toInterval(error.afterMs, 'afterMs') : null;
+    try {
+      await queryable.query('SELECT claim.fail($1::bigint, $2::text, $3::interval)',
+        [state.job.token, errorText(error), retryIn]);
+      this.stats.failed += 1;
+      this._settled(state, 'failed', error);
+    } catch (err) {
+      const mapped = mapError(err);
+      if (isStale(mapped)) this._dropStale(state, 'failure refused', mapped);
+      else {
+        this.logger.error(`fail() of item ${state.job.id} failed: ${errorText(err)}; it is redelivered after its lease`);
+        this._settled(state, 'dropped');
+      }
+    }
+  }
+
+  _dropStale(state, why, err) {
+    this.stats.stale += 1;
+    this.logger.warn(`item ${state.job.id} (token ${state.job.token}): stale token, outcome dropped: ${why}`);
+    this._settled(state, 'stale', err);
+  }
+
+  _settled(state, outcome, detail) {
+    if (state.finished) return;
+    state.finished = true;
+    this._stopHeartbeat(state);
+    this._jobs.delete(state);
+    if (outcome === 'completed') this.stats.completed += 1;
+    this.emit(outcome, state.job, detail);
+    this.emit('settled', state.job, outcome);
+    if (this._jobs.size === 0 && this._onIdle) this._onIdle();
+  }
+
+  _track(promise) {
+    this._completions.add(promise);
+    promise.finally(() => this._completions.delete(promise));
+    return promise;
+  }
+
+  // --- stopping -------------------------------------------------------------
+
+  async _drain() {
+    const deadline = (this._stopRequestedAt || Date.now()) + this.grace;
+    if (this._pendingDone.length) this._completeEach(this._pendingDone.splice(0));
+    if (this._jobs.size > 0) {
+      const idle = new Promise((resolve) => { this._onIdle = resolve; });
+      const remaining = deadline - Date.now();
+      if (remaining > 0) {
+        let timer;
+        await Promise.race([idle, new Promise((resolve) => { timer = setTimeout(resolve, remaining); })]);
+        clearTimeout(timer);
+      }
+      this._onIdle = null;
+    }
+    // Whatever is still held after the grace period goes back to the queue.
+    const releases = [];
+    for (const state of [...this._jobs]) {
+      if (state.handlerDone) continue; // its outcome is being written
+      releases.push(this._abandon(state));
+    }
+    await Promise.all(releases);
+    if (this._batch.length) this._flushBatch();
+    if (this._pendingDone.length) this._completeEach(this._pendingDone.splice(0));
+    while (this._completions.size) await Promise.allSettled([...this._completions]);
+  }
+
+  async _abandon(state) {
+    state.abandoned = true;
+    this._stopHeartbeat(state);
+    state.controller.abort(new Error('the worker stopped and its grace period ended'));
+    if (state.client && !state.clientGone) {
+      // Stop the transaction: cancel its statement, close its connection.
+      await cancelActive(state.client);
+      this._releaseClient(state, true);
+    }
+    try {
+      await this._pool.query('SELECT claim.release($1::bigint)', [state.job.token]);
+      this.stats.released += 1;
+      this._settled(state, 'released');
+    } catch (err) {
+      const mapped = mapError(err);
+      if (!isStale(mapped)) this.logger.warn(`release of item ${state.job.id} failed: ${errorText(err)}`);
+      this._settled(state, isStale(mapped) ? 'stale' : 'dropped', mapped);
+    }
+  }
+}
+
+/**
+ * Stops the worker on SIGTERM and SIGINT (or the signals given). Returns a
+ * function that removes the handlers again.
+ */
+function handleSignals(worker, signals = ['SIGTERM', 'SIGINT']) {
+  const onSignal = (sig) => {
+    worker.logger.info(`received ${sig}: stopping`);
+    worker.stop();
+  };
+  for (const sig of signals) process.on(sig, onSignal);
+  return () => {
+    for (const sig of signals) process.removeListener(sig, onSignal);
+  };
+}
+
+module.exports = { Worker, handleSignals };
