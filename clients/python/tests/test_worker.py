@@ -1,0 +1,273 @@
+"""The worker in-process: heartbeat, results, failures, Retry, stale tokens,
+transactional mode, the asyncio variant."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Dict, List
+
+import psycopg
+import pytest
+
+import pg_claim
+from conftest import connect, scalar
+
+
+def test_noop_worker_drains_queue(dsn: str, conn: "psycopg.Connection[Any]",
+                                  client: pg_claim.Client, queue: str) -> None:
+    ids = client.enqueue_batch(queue, [{"n": i} for i in range(500)])
+    seen: List[int] = []
+    lock = threading.Lock()
+
+    def handler(job: pg_claim.Job) -> None:
+        assert job.queue == queue and job.attempt == 1
+        with lock:
+            seen.append(job.id)
+
+    stats = pg_claim.Worker(dsn, queue, handler, concurrency=4, wait=0.3, burst=True).run()
+    assert sorted(seen) == sorted(ids)
+    assert (stats.claimed, stats.completed, stats.failed, stats.stale) == (500, 500, 0, 0)
+    assert client.stats(queue)[0].ready == 0
+
+
+def test_heartbeat_keeps_short_lease_alive(dsn: str, conn: "psycopg.Connection[Any]",
+                                           client: pg_claim.Client, queue: str) -> None:
+    item = client.enqueue(queue, {"slow": True})
+    seen: Dict[str, Any] = {}
+
+    def handler(job: pg_claim.Job) -> None:
+        time.sleep(6.0)
+        # Still the live claim, 6 s into a 2 s lease, never re-delivered.
+        with connect(dsn) as other:
+            seen["claim"] = other.execute(
+                "SELECT token, attempt, live FROM claim.claimed_items WHERE id = %s",
+                (job.id,)).fetchone()
+        seen["job"] = (job.token, job.attempt)
+
+    stats = pg_claim.Worker(dsn, queue, handler, lease=2, wait=0.2, burst=True,
+                            max_jobs=1).run()
+    token, attempt = seen["job"]
+    assert seen["claim"] == (token, 1, True)
+    assert attempt == 1
+    assert stats.extended >= 2
+    assert (stats.completed, stats.stale) == (1, 0)
+    assert scalar(conn, "SELECT count(*) FROM claim.items WHERE id = %s", (item,)) == 0
+
+
+def test_failure_records_exception_text(dsn: str, conn: "psycopg.Connection[Any]",
+                                        client: pg_claim.Client, queue: str) -> None:
+    conn.execute("SELECT claim.drop_queue(%s)", (queue,))
+    conn.execute("SELECT claim.create_queue(%s, max_attempts => 1)", (queue,))
+    item = client.enqueue(queue, {})
+
+    def handler(job: pg_claim.Job) -> None:
+        raise ValueError("boom 42")
+
+    stats = pg_claim.Worker(dsn, queue, handler, wait=0.2, burst=True).run()
+    assert stats.failed == 1
+    row = conn.execute("SELECT id, last_error FROM claim.dead_items WHERE queue = %s",
+                       (queue,)).fetchone()
+    assert row == (item, "boom 42")
+
+
+def test_retry_sets_the_delay(dsn: str, conn: "psycopg.Connection[Any]",
+                              client: pg_claim.Client, queue: str) -> None:
+    client.enqueue(queue, {"later": True})
+    client.enqueue(queue, {"again": True})
+    attempts: List[Any] = []
+
+    def handler(job: pg_claim.Job) -> str:
+        attempts.append((job.payload, job.attempt))
+        if "later" in job.payload:
+            raise pg_claim.Retry(after=3600, message="not yet")
+        if job.attempt == 1:
+            raise pg_claim.Retry(after=0)
+        return "ok"
+
+    stats = pg_claim.Worker(dsn, queue, handler, wait=0.3, burst=True).run()
+    assert stats.retried == 2 and stats.completed == 1
+    assert sorted(a for p, a in attempts if "again" in p) == [1, 2]
+    # The delayed one waits its hour as a scheduled item, with its error kept.
+    st = client.stats(queue)[0]
+    assert (st.ready, st.scheduled, st.dead) == (0, 1, 0)
+    assert scalar(conn, "SELECT last_error FROM claim.items i JOIN claim.queues q "
+                        "ON q.queue_id = i.queue_id WHERE q.name = %s", (queue,)) == "not yet"
+
+
+def test_result_is_stored(dsn: str, client: pg_claim.Client, queue: str,
+                          features: pg_claim.Features) -> None:
+    if not (features.complete_result and features.has("item_state")):
+        pytest.skip("server has no complete(token, result) / item_state")
+    conn_q = connect(dsn)
+    conn_q.execute("SELECT claim.alter_queue(%s, retain => '1 hour')", (queue,))
+    item = client.enqueue(queue, {"x": 2})
+    pg_claim.Worker(dsn, queue, lambda job: {"double": job.payload["x"] * 2}, wait=0.2,
+                    burst=True).run()
+    st = client.item_state(queue, item)
+    assert st is not None and st.state == "completed" and st.result == {"double": 4}
+
+
+def test_stale_token_outcome_dropped(dsn: str, conn: "psycopg.Connection[Any]",
+                                     client: pg_claim.Client, queue: str) -> None:
+    client.enqueue(queue, {})
+
+    def handler(job: pg_claim.Job) -> None:
+        # Someone else gives the item back under the worker's feet.
+        with connect(dsn) as other:
+            other.execute("SELECT claim.release(%s::bigint)", (job.token,))
+
+    stats = pg_claim.Worker(dsn, queue, handler, wait=0.2, max_jobs=1, heartbeat=False).run()
+    assert (stats.completed, stats.stale) == (0, 1)
+    assert client.stats(queue)[0].ready == 1
+
+
+def test_transactional_commits_writes_with_completion(dsn: str, conn: "psycopg.Connection[Any]",
+                                                      client: pg_claim.Client, queue: str) -> None:
+    ok = client.enqueue(queue, {"ok": True})
+    bad = client.enqueue(queue, {"ok": False})
+
+    def handler(job: pg_claim.Job) -> None:
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+        if not job.payload["ok"]:
+            raise RuntimeError("handler failed after its write")
+
+    stats = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2,
+                            max_jobs=2).run()
+    assert (stats.completed, stats.failed) == (1, 1)
+    assert [r[0] for r in conn.execute(f"SELECT id FROM {queue}_done").fetchall()] == [ok]
+    assert scalar(conn, "SELECT count(*) FROM claim.items WHERE id = %s", (ok,)) == 0
+    assert scalar(conn, "SELECT last_error FROM claim.items WHERE id = %s",
+                  (bad,)) == "handler failed after its write"
+
+
+def test_transactional_lease_lost_leaves_no_writes(dsn: str, conn: "psycopg.Connection[Any]",
+                                                   client: pg_claim.Client, queue: str) -> None:
+    item = client.enqueue(queue, {})
+
+    def handler(job: pg_claim.Job) -> None:
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+        if job.attempt == 1:
+            time.sleep(1.6)   # no heartbeat: the 1 s lease runs out
+
+    stats = pg_claim.Worker(dsn, queue, handler, transactional=True, lease=1, heartbeat=False,
+                            wait=0.2, max_jobs=1).run()
+    assert (stats.completed, stats.stale) == (0, 1)
+    assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
+    # Reclaimed by the next worker: its writes and completion commit.
+    stats = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2,
+                            max_jobs=1).run()
+    assert stats.completed == 1
+    assert conn.execute(f"SELECT id, attempt FROM {queue}_done").fetchall() == [(item, 2)]
+
+
+def test_transactional_reclaimed_by_other_worker(dsn: str, conn: "psycopg.Connection[Any]",
+                                                 client: pg_claim.Client, queue: str) -> None:
+    """The lease runs out before the handler's transaction starts; another
+    worker has re-claimed the item: assert_token refuses, nothing is written."""
+    client.enqueue(queue, {})
+    other = connect(dsn)
+    calls: List[int] = []
+
+    def handler(job: pg_claim.Job) -> None:
+        calls.append(job.attempt)
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+
+    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, lease=0.5, wait=0.2,
+                             max_jobs=1)
+    orig = worker._process_tx
+
+    def delayed(slot: Any, job: pg_claim.Job) -> None:
+        time.sleep(0.8)
+        other.execute("SELECT claim.claim_next(%s)", (queue,))
+        orig(slot, job)
+
+    worker._process_tx = delayed  # type: ignore[method-assign]
+    stats = worker.run()
+    other.close()
+    assert calls == [] and stats.stale == 1
+    assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
+
+
+def test_transactional_cancelled_leaves_no_writes(dsn: str, conn: "psycopg.Connection[Any]",
+                                                  client: pg_claim.Client, queue: str,
+                                                  features: pg_claim.Features) -> None:
+    if not features.has("cancel"):
+        pytest.skip("server has no claim.cancel")
+    item = client.enqueue(queue, {})
+    results: Dict[str, Any] = {}
+
+    def cancel_it() -> None:
+        with pg_claim.Client(dsn) as other:
+            results["cancelled"] = other.cancel(queue, [item])
+
+    def handler(job: pg_claim.Job) -> None:
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+        t = threading.Thread(target=cancel_it)
+        t.start()
+        t.join(1.0)
+        results["cancel_returned_during_handler"] = not t.is_alive()
+        results["thread"] = t
+
+    stats = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2,
+                            max_jobs=1).run()
+    results["thread"].join(10)
+    written = scalar(conn, f"SELECT count(*) FROM {queue}_done")
+    # Either the cancel won (the worker's commit was refused, no writes) or it
+    # waited for the worker's transaction and found the item finished.
+    if results["cancelled"]:
+        assert written == 0 and stats.stale == 1
+    else:
+        assert written == 1 and stats.completed == 1
+
+
+def test_async_worker(dsn: str, conn: "psycopg.Connection[Any]", client: pg_claim.Client,
+                      queue: str) -> None:
+    ids = client.enqueue_batch(queue, [{"n": i} for i in range(300)])
+    client.enqueue(queue, {"fail": True})
+    seen: List[int] = []
+
+    async def handler(job: pg_claim.Job) -> None:
+        if job.payload.get("fail"):
+            raise pg_claim.Retry(after=3600, message="async retry")
+        await asyncio.sleep(0)
+        seen.append(job.id)
+
+    worker = pg_claim.AsyncWorker(dsn, queue, handler, concurrency=4, wait=0.3, burst=True)
+    stats = asyncio.run(worker.run())
+    assert sorted(seen) == sorted(ids)
+    assert (stats.completed, stats.retried, stats.stale) == (300, 1, 0)
+
+
+def test_async_worker_transactional_and_heartbeat(dsn: str, conn: "psycopg.Connection[Any]",
+                                                  client: pg_claim.Client, queue: str) -> None:
+    item = client.enqueue(queue, {})
+
+    async def handler(job: pg_claim.Job) -> None:
+        await job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'async', %s, %s)",
+                               (job.id, job.token, job.attempt))
+        await asyncio.sleep(2.5)
+
+    worker = pg_claim.AsyncWorker(dsn, queue, handler, transactional=True, lease=1, wait=0.2,
+                                  max_jobs=1)
+    stats = asyncio.run(worker.run())
+    assert (stats.completed, stats.stale) == (1, 0) and stats.extended >= 2
+    assert conn.execute(f"SELECT id, attempt FROM {queue}_done").fetchall() == [(item, 1)]
+
+
+def test_stop_from_another_thread(dsn: str, client: pg_claim.Client, queue: str) -> None:
+    worker = pg_claim.Worker(dsn, queue, lambda job: None, concurrency=3, wait=30)
+    timer = threading.Timer(0.5, worker.stop)
+    timer.start()
+    t0 = time.monotonic()
+    worker.run()
+    # The claims waiting in the server were cancelled, not waited out.
+    assert time.monotonic() - t0 < 10
