@@ -243,7 +243,8 @@ private:
             if (!star && !range) hi = kind_ == kDayOfWeek ? (lo == 7 ? 7 : 6) : spec_->max;
         }
         if (p < end) return unexpected(p);
-        for (int v = lo; v <= hi; v += step) *mask |= uint64_t{1} << (v == 7 && kind_ == kDayOfWeek ? 0 : v);
+        for (int v = lo; v <= hi; v += step)
+            *mask |= uint64_t{1} << (v == 7 && kind_ == kDayOfWeek ? 0 : v);
         return true;
     }
 
@@ -522,7 +523,7 @@ struct Mapping {
     LocalTimeMapping::Kind kind;
     int64_t first;            // first preimage, or the gap end
     int64_t second;           // second preimage (kRepeated)
-    int64_t interval_end;     // end of the constant-offset interval holding `first` (INT64_MAX: none)
+    int64_t interval_end;     // end of the constant-offset interval of `first`, or INT64_MAX
     int32_t interval_offset;  // offset of that interval (for kSkipped: the offset after the gap)
 };
 

@@ -104,7 +104,7 @@ bool cron_matches(const CronSchedule &s, int month, int day, int weekday, int ho
 
 // A change of a zone's UTC offset.
 struct ZoneTransition {
-    int64_t at;              // UTC seconds since the Unix epoch of the first instant of the new offset
+    int64_t at;              // first instant of the new offset, UTC seconds since the Unix epoch
     int32_t offset_before;   // seconds east of UTC in effect just before `at`
     int32_t offset_after;    // seconds east of UTC in effect from `at`
 };

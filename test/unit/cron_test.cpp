@@ -430,7 +430,8 @@ TEST(CronNext, DayOfMonthOrDayOfWeek) {
     EXPECT_EQ(fires("0 0 10 * *", kUtc, utc(2026, 6, 1), 1),
               (Strings{"2026-06-10 00:00:00+00:00"}));
     // Sunday as 0 and 7
-    EXPECT_EQ(fires("0 8 * * 7", kUtc, utc(2026, 6, 1), 1), fires("0 8 * * 0", kUtc, utc(2026, 6, 1), 1));
+    EXPECT_EQ(fires("0 8 * * 7", kUtc, utc(2026, 6, 1), 1),
+              fires("0 8 * * 0", kUtc, utc(2026, 6, 1), 1));
     EXPECT_EQ(fires("0 8 * * 7", kUtc, utc(2026, 6, 1), 1), (Strings{"2026-06-07 08:00:00+00:00"}));
     EXPECT_EQ(fires("@weekly", kUtc, utc(2026, 6, 1), 1), (Strings{"2026-06-07 00:00:00+00:00"}));
     EXPECT_EQ(fires("0 9 * * MON-FRI", kUtc, utc(2026, 6, 5, 10), 2),
@@ -456,9 +457,10 @@ TEST(CronNext, PostgresEpochConstant) {
 
 TEST(CronNext, FarRanges) {
     int64_t next = 0;
-    EXPECT_FALSE(pgclaim::next_fire(parse_ok("* * * * *"), kUtc, utc(10000, 1, 1) * kMicros, &next));
-    EXPECT_FALSE(pgclaim::next_fire(parse_ok("* * * * *"), kUtc, INT64_MAX, &next));
-    EXPECT_FALSE(pgclaim::next_fire(parse_ok("* * * * *"), kUtc, INT64_MIN, &next));
+    const CronSchedule every_minute = parse_ok("* * * * *");
+    EXPECT_FALSE(pgclaim::next_fire(every_minute, kUtc, utc(10000, 1, 1) * kMicros, &next));
+    EXPECT_FALSE(pgclaim::next_fire(every_minute, kUtc, INT64_MAX, &next));
+    EXPECT_FALSE(pgclaim::next_fire(every_minute, kUtc, INT64_MIN, &next));
     EXPECT_EQ(fires("59 23 31 12 *", kUtc, utc(9999, 12, 31, 23, 58), 2),
               (Strings{"9999-12-31 23:59:00+00:00", "none"}));
     EXPECT_EQ(fires("0 0 1 1 *", kUtc, utc(1969, 12, 31, 12), 1),
@@ -528,7 +530,8 @@ private:
 }  // namespace
 
 TEST(CronZone, TableZoneGapAndOverlap) {
-    // +1 h, +2 h from 2026-03-29 01:00Z, an offset-less transition, back to +1 h on 2026-10-25 01:00Z
+    // +1 h; +2 h from 2026-03-29 01:00Z; a transition that keeps the offset;
+    // back to +1 h on 2026-10-25 01:00Z
     const TableZone z(3600, {{utc(2026, 3, 29, 1), 3600, 7200},
                              {utc(2026, 6, 1), 7200, 7200},
                              {utc(2026, 10, 25, 1), 7200, 3600}});
@@ -746,12 +749,47 @@ TEST(CronDst, LordHoweHalfHourShift) {
                        "2026-10-04 03:20:00+11:00"}));
 }
 
+namespace {
+
+// Counts the calls next_fire makes into a zone.
+class CountingZone final : public ZoneRules {
+public:
+    explicit CountingZone(const ZoneRules &inner) : inner_(inner) {}
+    int32_t utc_offset_at(int64_t t) const noexcept override {
+        calls++;
+        return inner_.utc_offset_at(t);
+    }
+    bool next_transition(int64_t t, ZoneTransition *out) const noexcept override {
+        calls++;
+        return inner_.next_transition(t, out);
+    }
+    mutable int calls = 0;
+
+private:
+    const ZoneRules &inner_;
+};
+
+}  // namespace
+
+TEST(CronDst, RepeatedHourIsSkippedInBoundedWork) {
+    // Asked at 01:00:10 EST, in the repeat: an every-second schedule's candidates
+    // up to 01:59:59 have all fired in the first pass; they are skipped in one step.
+    LOAD_ZONE(z, "America/New_York");
+    const CountingZone counting(*z);
+    int64_t next = 0;
+    ASSERT_TRUE(pgclaim::next_fire(parse_ok("* * * * * *"), counting,
+                                   (utc(2026, 11, 1, 6) + 10) * kMicros, &next));
+    EXPECT_EQ(local_text(*z, next / kMicros), "2026-11-01 02:00:00-05:00");
+    EXPECT_LT(counting.calls, 20);
+}
+
 TEST(CronDst, ManySchedulesStayBounded) {
     // Every schedule over a year of DST changes: fire times strictly increase
     // and each lies on a matching local time or a gap end.
     LOAD_ZONE(z, "America/New_York");
     const char *exprs[] = {"* * * * *", "*/7 * * * *", "0 * * * *", "30 1,2 * * *",
                            "0 0 29 2 *", "0 0 1,15 * MON", "59 23 31 12 *", "*/10 2 * * SUN"};
+    const CountingZone counting(*z);
     for (const char *e : exprs) {
         const CronSchedule s = parse_ok(e);
         int64_t t = utc(2026, 3, 1) * kMicros;
@@ -759,8 +797,10 @@ TEST(CronDst, ManySchedulesStayBounded) {
         int count = 0;
         while (t < end) {
             int64_t next = 0;
-            ASSERT_TRUE(pgclaim::next_fire(s, *z, t, &next)) << e;
+            counting.calls = 0;
+            ASSERT_TRUE(pgclaim::next_fire(s, counting, t, &next)) << e;
             ASSERT_GT(next, t) << e;
+            ASSERT_LT(counting.calls, 20) << e << " after " << local_text(*z, t / kMicros);
             t = next;
             if (++count > 400000) FAIL() << e;
         }

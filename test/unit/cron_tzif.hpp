@@ -121,7 +121,8 @@ private:
         for (int64_t i = 0; i < timecnt; i++) idx[i] = static_cast<unsigned char>(d[pos + i]);
         pos += timecnt;
         std::vector<int32_t> utoff(typecnt);
-        for (int64_t i = 0; i < typecnt; i++) utoff[i] = static_cast<int32_t>(be(d, pos + i * 6, 4));
+        for (int64_t i = 0; i < typecnt; i++)
+            utoff[i] = static_cast<int32_t>(be(d, pos + i * 6, 4));
         pos = need;
         initial_offset_ = utoff[0];
         for (int64_t i = 0; i < timecnt; i++) {
