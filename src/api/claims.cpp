@@ -129,12 +129,9 @@ int lock_token_items(int64 token) {
                                 "completed, failed, re-claimed or dropped.");
     bool isnull;
     TimestampTz until = DatumGetTimestampTz(pg::col(0, 2, &isnull));
-    char detail[160];
-    if (until == DT_NOBEGIN)
-        snprintf(detail, sizeof detail, "The claim was released.");
-    else
-        snprintf(detail, sizeof detail, "The lease expired at %s.", timestamptz_to_str(until));
-    api::stale_token(token, detail);
+    api::stale_token(token, until == DT_NOBEGIN
+                                ? "The claim was released."
+                                : psprintf("The lease expired at %s.", timestamptz_to_str(until)));
 }
 
 int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
@@ -362,15 +359,18 @@ PGCLAIM_FUNCTION(pgclaim_complete) {
     PG_RETURN_INT32(n);
 }
 
+// How many stale tokens the error of complete(tokens[]) lists.
+constexpr int kStaleTokensShown = 20;
+
 PGCLAIM_FUNCTION(pgclaim_complete_many) {
     pg::require_arg(fcinfo, 0, "tokens");
     pg::require_primary("claim.complete");
     ArrayType *arr = PG_GETARG_ARRAYTYPE_P(0);
     bool skip_stale = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
     if (ARR_NDIM(arr) > 1)
-        pg::error(sqlstate::kInvalidValue, "tokens must be a one-dimensional array");
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "tokens must be a one-dimensional array");
     if (array_contains_nulls(arr))
-        pg::error(sqlstate::kNullValue, "tokens must not contain NULL elements");
+        pg::error({ERRCODE_NULL_VALUE_NOT_ALLOWED}, "tokens must not contain NULL elements");
     if (ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) == 0) PG_RETURN_INT32(0);
 
     Datum *elems;
@@ -387,25 +387,22 @@ PGCLAIM_FUNCTION(pgclaim_complete_many) {
     for (int i = 0; i < ntok; ++i)
         if (!done[i]) ++nstale;
     if (nstale > 0 && !skip_stale) {
-        char list[400];
-        size_t used = 0;
-        list[0] = '\0';
+        StringInfoData list;
+        initStringInfo(&list);
         int shown = 0;
-        for (int i = 0; i < ntok && shown < 20 && used < sizeof list - 24; ++i) {
+        for (int i = 0; i < ntok && shown < kStaleTokensShown; ++i) {
             if (done[i]) continue;
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%lld", shown ? ", " : "",
-                                     (long long)tokens[i]);
+            appendStringInfo(&list, "%s%lld", shown ? ", " : "", (long long)tokens[i]);
             ++shown;
         }
-        char msg[128], detail[512];
-        snprintf(msg, sizeof msg, "%d of the tokens %s not a live claim", nstale,
-                 nstale == 1 ? "is" : "are");
-        snprintf(detail, sizeof detail, "Stale tokens%s: %s", nstale > 20 ? " (first 20)" : "",
-                 list);
-        pg::error(sqlstate::kStaleToken, msg,
-                  "Nothing was completed. Pass skip_stale => true to complete the live ones and "
-                  "skip the rest.",
-                  detail);
+        pg::error({pg::kStaleToken,
+                   "Nothing was completed. Pass skip_stale => true to complete the live ones and "
+                   "skip the rest.",
+                   psprintf("Stale tokens%s: %s",
+                            nstale > kStaleTokensShown ? psprintf(" (first %d)", kStaleTokensShown)
+                                                       : "",
+                            list.data)},
+                  "%d of the tokens %s not a live claim", nstale, nstale == 1 ? "is" : "are");
     }
     PG_RETURN_INT32(completed);
 }
@@ -509,7 +506,9 @@ PGCLAIM_FUNCTION(pgclaim_assert_token) {
     PG_RETURN_VOID();
 }
 
+// claim._lock_item(bigint), declared by the 0.1.0 install script and
+// dropped by the update to 0.2.0: kept as a symbol that says so.
 PGCLAIM_FUNCTION(pgclaim_lock_item) {
-    pg::lock_item(PG_GETARG_INT64(0), true);
-    PG_RETURN_BOOL(true);
+    pg::error({ERRCODE_FEATURE_NOT_SUPPORTED, "Run ALTER EXTENSION pg_claim UPDATE."},
+              "claim._lock_item is no longer available");
 }

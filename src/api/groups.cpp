@@ -273,15 +273,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     });
     bool named = !PG_ARGISNULL(5);
     Datum gkey = named ? PG_GETARG_DATUM(5) : (Datum)0;
-    if (named) {
-        text *t = DatumGetTextPP(gkey);
-        size_t len = VARSIZE_ANY_EXHDR(t);
-        if (len == 0 || len > (size_t)api::kMaxKeyBytes) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "group_key must be 1 to %d bytes long", api::kMaxKeyBytes);
-            pg::error(sqlstate::kInvalidValue, msg);
-        }
-    }
+    if (named) api::check_key_length(DatumGetTextPP(gkey), "group_key");
 
     InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;

@@ -103,12 +103,10 @@ KeyArg key_arg(FunctionCallInfo fcinfo, int argno) {
         else
             detail = "This attempt was abandoned.";
     }
-    char msg[320];
-    snprintf(msg, sizeof msg, "token %lld is not the running attempt of guard \"%s\"",
-             (long long)token, k.shown);
-    pg::error(sqlstate::kStaleToken, msg,
-              "Another attempt may be calling the service now; record nothing under this token.",
-              detail);
+    pg::error({pg::kStaleToken,
+               "Another attempt may be calling the service now; record nothing under this token.",
+               detail},
+              "token %lld is not the running attempt of guard \"%s\"", (long long)token, k.shown);
 }
 
 }  // namespace

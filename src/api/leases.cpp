@@ -159,27 +159,25 @@ int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
 // PC001 for a token that does not hold the lease (SPI connected).
 [[noreturn]] void refuse(const NameArg &n, int64 token, TimestampTz now) {
     Datum v[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
-    char detail[200];
+    const char *detail;
     if (pg::run(s_why, v, nullptr) == 0) {
-        snprintf(detail, sizeof detail,
-                 "No holder of this lease carries the token: it is unknown, was released, or its "
-                 "slot was granted again.");
+        detail = "No holder of this lease carries the token: it is unknown, was released, or its "
+                 "slot was granted again.";
     } else {
         bool isnull;
         TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
         if (until == DT_NOBEGIN)
-            snprintf(detail, sizeof detail, "The lease was released.");
+            detail = "The lease was released.";
         else if (until > now)  // renewed or granted in between: say so rather than guess
-            snprintf(detail, sizeof detail, "The lease changed while this call ran.");
+            detail = "The lease changed while this call ran.";
         else
-            snprintf(detail, sizeof detail, "The lease expired at %s.", timestamptz_to_str(until));
+            detail = psprintf("The lease expired at %s.", timestamptz_to_str(until));
     }
-    char msg[320];
-    snprintf(msg, sizeof msg, "token %lld does not hold lease \"%s\"", (long long)token, n.shown);
-    pg::error(sqlstate::kStaleToken, msg,
-              "The lease expired, was released, or its slot went to another holder. Stop the "
-              "work done under this token and acquire the lease again.",
-              detail);
+    pg::error({pg::kStaleToken,
+               "The lease expired, was released, or its slot went to another holder. Stop the "
+               "work done under this token and acquire the lease again.",
+               detail},
+              "token %lld does not hold lease \"%s\"", (long long)token, n.shown);
 }
 
 }  // namespace
@@ -201,9 +199,8 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     bool holder_null = PG_ARGISNULL(2);
     Datum holder = holder_null ? (Datum)0 : PG_GETARG_DATUM(2);
     if (!holder_null && VARSIZE_ANY_EXHDR(DatumGetTextPP(holder)) > (size_t)kMaxHolderBytes) {
-        char msg[80];
-        snprintf(msg, sizeof msg, "holder is too long: the maximum is %d bytes", kMaxHolderBytes);
-        pg::error(sqlstate::kInvalidValue, msg);
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "holder is too long: the maximum is %d bytes",
+                  kMaxHolderBytes);
     }
 
     SPI_connect();

@@ -52,18 +52,15 @@ Stmt s_redrive = {
     "SELECT count(*)::int4, min(queue_id) FROM r",
     2, {TEXTOID, INT8ARRAYOID}, nullptr};
 
+// A dedup enqueue whose existing item keeps finishing under it gives up
+// (40001) after this many rounds.
+constexpr int kMaxDedupRounds = 100;
+
 // 42704 unless the queue exists.
 void require_queue_exists(const char *name) { (void)api::lookup_queue(name); }
 
 void check_key(FunctionCallInfo fcinfo, int argno, const char *what) {
-    if (PG_ARGISNULL(argno)) return;
-    text *t = PG_GETARG_TEXT_PP(argno);
-    size_t len = VARSIZE_ANY_EXHDR(t);
-    if (len == 0 || len > (size_t)api::kMaxKeyBytes) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s must be 1 to %d bytes long", what, api::kMaxKeyBytes);
-        pg::error(sqlstate::kInvalidValue, msg);
-    }
+    if (!PG_ARGISNULL(argno)) api::check_key_length(PG_GETARG_TEXT_PP(argno), what);
 }
 
 // NULL or a time already reached means "ready now" (stored as NULL).
@@ -74,7 +71,7 @@ Datum effective_run_at(FunctionCallInfo fcinfo, int argno, char *null_flag) {
     }
     TimestampTz at = PG_GETARG_TIMESTAMPTZ(argno);
     if (TIMESTAMP_NOT_FINITE(at))
-        pg::error(sqlstate::kInvalidValue, "run_at must be a finite timestamp");
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "run_at must be a finite timestamp");
     if (at <= pg::clock_now()) {
         *null_flag = 'n';
         return (Datum)0;
@@ -106,9 +103,7 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
     Datum v[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), Int32GetDatum(max_attempts),
                   PG_GETARG_DATUM(3)};
     if (pg::run(s_create, v, nullptr) == 0) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "queue \"%s\" already exists", name);
-        pg::error(sqlstate::kDuplicateQueue, msg);
+        pg::error({ERRCODE_DUPLICATE_OBJECT}, "queue \"%s\" already exists", name);
     }
     SPI_finish();
     PG_RETURN_VOID();
@@ -179,7 +174,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     // Insert unless an unfinished item has the key; then return that one.
     // The item found may finish in between: try again (bounded).
     bool done = false;
-    for (int round = 0; round < 100 && !done; ++round) {
+    for (int round = 0; round < kMaxDedupRounds && !done; ++round) {
         if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
             id = pg::col_int64(0, 1);
             if (nulls[2] == 'n')
@@ -196,7 +191,12 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         require_queue_exists(name);
         CHECK_FOR_INTERRUPTS();
     }
-    if (!done) elog(ERROR, "pg_claim: dedup enqueue kept racing with completions");
+    if (!done)
+        pg::error({ERRCODE_T_R_SERIALIZATION_FAILURE,
+                   "Retry the call: the item with this dedup_key kept finishing while it ran."},
+                  "could not enqueue into queue \"%s\": the item with the same dedup_key "
+                  "finished %d times during the call",
+                  name, kMaxDedupRounds);
     SPI_finish();
     PG_RETURN_INT64(id);
 }
@@ -209,19 +209,20 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     char *name = pg::arg_cstring(fcinfo, 0);
     ArrayType *payloads = PG_GETARG_ARRAYTYPE_P(1);
     if (ARR_NDIM(payloads) > 1)
-        pg::error(sqlstate::kInvalidValue, "payloads must be a one-dimensional array");
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "payloads must be a one-dimensional array");
     if (array_contains_nulls(payloads))
-        pg::error(sqlstate::kNullValue, "payloads must not contain NULL elements");
+        pg::error({ERRCODE_NULL_VALUE_NOT_ALLOWED}, "payloads must not contain NULL elements");
     int npayloads = ArrayGetNItems(ARR_NDIM(payloads), ARR_DIMS(payloads));
     if (!PG_ARGISNULL(2)) {
         ArrayType *keys = PG_GETARG_ARRAYTYPE_P(2);
         if (ARR_NDIM(keys) > 1)
-            pg::error(sqlstate::kInvalidValue, "group_keys must be a one-dimensional array");
+            pg::error({ERRCODE_INVALID_PARAMETER_VALUE},
+                      "group_keys must be a one-dimensional array");
         int nkeys = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
         if (nkeys != npayloads)
-            pg::error(sqlstate::kInvalidValue,
-                      "group_keys must have as many elements as payloads",
-                      "Pass NULL elements for items without a group.");
+            pg::error({ERRCODE_INVALID_PARAMETER_VALUE,
+                       "Pass NULL elements for items without a group."},
+                      "group_keys must have as many elements as payloads");
     }
     pg::direct::lock_items(false);
 

@@ -294,10 +294,16 @@ void walk_end(ReadyWalk *w) {
                              c.claims_end);
 }
 
+void check_key_length(const text *key, const char *what) {
+    size_t len = VARSIZE_ANY_EXHDR(key);
+    if (len == 0 || len > (size_t)kMaxKeyBytes)
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "%s must be 1 to %d bytes long", what,
+                  kMaxKeyBytes);
+}
+
 void unknown_queue(const char *name) {
-    char msg[200];
-    snprintf(msg, sizeof msg, "queue \"%s\" does not exist", name);
-    pg::error(sqlstate::kUndefinedQueue, msg, "Create it with claim.create_queue().");
+    pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
+              "queue \"%s\" does not exist", name);
 }
 
 bool wait_for_items(int32 queue_id, TimestampTz deadline) {
@@ -314,13 +320,12 @@ void forget_hints(int32 queue_id) {
 }
 
 void stale_token(int64 token, const char *why) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "token %lld is not a live claim", (long long)token);
-    pg::error(sqlstate::kStaleToken, msg,
-              "The lease expired, or the item was re-claimed, completed, failed or released. "
-              "Discard this worker's result; the item is (or will be) delivered again under a "
-              "new token.",
-              why);
+    pg::error({pg::kStaleToken,
+               "The lease expired, or the item was re-claimed, completed, failed or released. "
+               "Discard this worker's result; the item is (or will be) delivered again under a "
+               "new token.",
+               why},
+              "token %lld is not a live claim", (long long)token);
 }
 
 }  // namespace pgclaim::api

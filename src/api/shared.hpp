@@ -9,6 +9,9 @@ namespace pgclaim::api {
 
 inline constexpr int kMaxKeyBytes = 1024;  // group_key, dedup_key
 
+// 22023 unless the key (group_key, dedup_key) is 1 to kMaxKeyBytes long.
+void check_key_length(const text *key, const char *what);
+
 struct QueueInfo {
     int32 queue_id;
     int64_t lease_us;

@@ -52,9 +52,6 @@ namespace direct = pgclaim::pg::direct;
 
 namespace {
 
-constexpr const char *kTriggerProtocol = "39P01";  // trigger_protocol_violated
-constexpr const char *kUndefinedColumn = "42703";
-
 // The newest pending item of the group, if it is a coalescing target.
 Stmt s_co_find = {
     "SELECT t.id FROM ("
@@ -201,9 +198,8 @@ void enqueue_change(const Change &ch, Datum nj, Datum oj, const char *group) {
 
 [[noreturn]] void bad_use(const char *trigger, const char *table, const char *what,
                           const char *hint) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "trigger \"%s\" on table \"%s\": %s", trigger, table, what);
-    pg::error(kTriggerProtocol, msg, hint);
+    pg::error({ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED, hint}, "trigger \"%s\" on table \"%s\": %s",
+              trigger, table, what);
 }
 
 const char *kStatementHint =
@@ -566,7 +562,8 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
                      rows.data);
     int rc = SPI_execute(sql.data, true, 0);
     if (rc != SPI_OK_SELECT)
-        elog(ERROR, "pg_claim: trigger enqueue failed (%s)", SPI_result_code_string(rc));
+        pg::error({ERRCODE_INTERNAL_ERROR}, "pg_claim: trigger enqueue failed (%s)",
+                  SPI_result_code_string(rc));
     uint64 n = SPI_processed;
     SPITupleTable *t = SPI_tuptable;
     SPI_tuptable = nullptr;  // ours now: pg::run must not free it
@@ -588,9 +585,10 @@ void statement_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
 
 PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
     if (!CALLED_AS_TRIGGER(fcinfo))
-        pg::error(kTriggerProtocol, "claim.enqueue_trigger() must be called as a trigger",
-                  "CREATE TRIGGER ... AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
-                  "EXECUTE FUNCTION claim.enqueue_trigger('queue');");
+        pg::error({ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+                   "CREATE TRIGGER ... AFTER INSERT OR UPDATE OR DELETE ON t FOR EACH ROW "
+                   "EXECUTE FUNCTION claim.enqueue_trigger('queue');"},
+                  "claim.enqueue_trigger() must be called as a trigger");
     TriggerData *td = (TriggerData *)fcinfo->context;
     Trigger *tg = td->tg_trigger;
     Relation rel = td->tg_relation;
@@ -608,13 +606,11 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
     if (opts.group_column[0] != '\0') {
         group_att = SPI_fnumber(RelationGetDescr(rel), opts.group_column);
         if (group_att <= 0) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "trigger \"%s\" on table \"%s\": group column \"%s\" does not exist",
-                     tg->tgname, table, opts.group_column);
-            pg::error(kUndefinedColumn, msg,
-                      "The second argument of claim.enqueue_trigger names a column of the table "
-                      "(case-sensitive, not quoted); pass '' for no group.");
+            pg::error({ERRCODE_UNDEFINED_COLUMN,
+                       "The second argument of claim.enqueue_trigger names a column of the table "
+                       "(case-sensitive, not quoted); pass '' for no group."},
+                      "trigger \"%s\" on table \"%s\": group column \"%s\" does not exist",
+                      tg->tgname, table, opts.group_column);
         }
     }
 

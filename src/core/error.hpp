@@ -1,7 +1,7 @@
 // Pure layer: never includes postgres.h.
 //
 // The error type of the pure layer. It carries a SQLSTATE so that the server
-// boundary (src/pg/boundary.hpp) re-raises it with the right code.
+// boundary (pg::pure and PGCLAIM_FUNCTION in src/pg/pg.hpp) re-raises it with the right code.
 #pragma once
 
 #include <stdexcept>
@@ -9,12 +9,12 @@
 
 namespace pgclaim {
 
-// SQLSTATEs used by pg_claim. Standard codes where one fits exactly, class
-// "PC" for conditions that only pg_claim has. The README lists all of them.
+// SQLSTATEs the pure layer raises. Standard codes where one fits exactly,
+// class "PC" for conditions that only pg_claim has (src/pg/pg.hpp has the
+// same codes for the server layer). The README lists all of them.
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders
-inline constexpr const char *kNotReadCommitted = "PC003";  // reserved
 inline constexpr const char *kUndefinedQueue = "42704";    // undefined_object
 inline constexpr const char *kDuplicateQueue = "42710";    // duplicate_object
 inline constexpr const char *kInvalidName = "42602";       // invalid_name

@@ -47,13 +47,13 @@ Catalog cat;
 
 Oid rel_oid(Oid nsp, const char *name) {
     Oid o = get_relname_relid(name, nsp);
-    if (!OidIsValid(o)) elog(ERROR, "pg_claim: relation claim.%s is missing", name);
+    if (!OidIsValid(o)) missing_object(psprintf("relation claim.%s", name));
     return o;
 }
 
 AttrNumber att(Oid rel, const char *name) {
     AttrNumber a = get_attnum(rel, name);
-    if (a == InvalidAttrNumber) elog(ERROR, "pg_claim: column %s is missing", name);
+    if (a == InvalidAttrNumber) missing_object(psprintf("column %s", name));
     return a;
 }
 
@@ -175,8 +175,10 @@ void check_index(Relation idx, std::initializer_list<AttrNumber> cols) {
         ok = idx->rd_index->indkey.values[i++] == a;
     }
     if (!ok)
-        elog(ERROR, "pg_claim: index %s does not have the expected columns",
-             RelationGetRelationName(idx));
+        error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+               "The extension's objects were altered; re-create the extension."},
+              "pg_claim: index %s does not have the expected columns",
+              RelationGetRelationName(idx));
 }
 
 void require(Oid rel, AclMode mode) {
@@ -324,7 +326,7 @@ Tables *open(Mode mode) {
             if (RelationGetRelid(idx) == cat.claims_token) t->claims_token = idx;
         }
         if (t->claims_pkey == nullptr || t->claims_token == nullptr)
-            elog(ERROR, "pg_claim: an index of claim.claims is missing");
+            missing_object("an index of claim.claims");
     } else {
         t->claims_pkey = index_open(cat.claims_pkey, AccessShareLock);
         t->claims_token = index_open(cat.claims_token, AccessShareLock);
@@ -408,7 +410,7 @@ namespace {
 // expression would (which raises for the one value it cannot negate).
 void check_priority(int32 priority) {
     if (priority == PG_INT32_MIN)
-        ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE), errmsg("integer out of range")));
+        error({ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE}, "integer out of range");
 }
 
 // A new item's row in `slot`'s values (defaults filled in, ord computed, the

@@ -1,10 +1,13 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
 
+#include <cstdarg>
 #include <cstring>
 
 extern "C" {
 #include "utils/guc.h"
+#include "lib/stringinfo.h"
+#include "utils/memutils.h"
 #include "access/relation.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -22,53 +25,73 @@ namespace {
 constexpr uint16 kLockItem = 0x5043;   // "PC"
 constexpr uint16 kLockLease = 0x5046;
 
-void copy(char *dst, size_t size, const char *src) noexcept {
-    if (!src) {
-        dst[0] = '\0';
-        return;
-    }
-    size_t n = strlen(src);
-    if (n >= size) n = size - 1;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
+// A copy of `src` in the current memory context; NULL when out of memory
+// (never raises: called in catch scopes).
+const char *copy(const char *src) noexcept {
+    if (src == nullptr || src[0] == '\0') return nullptr;
+    size_t n = strlen(src) + 1;
+    char *dst = (char *)MemoryContextAllocExtended(CurrentMemoryContext, n, MCXT_ALLOC_NO_OOM);
+    if (dst != nullptr) memcpy(dst, src, n);
+    return dst;
 }
 }  // namespace
 
 void capture(PendingError &err, const std::exception *e) noexcept {
     err.set = true;
-    err.hint[0] = err.detail[0] = '\0';
+    err.hint = err.detail = nullptr;
     if (const auto *pe = dynamic_cast<const pgclaim::Error *>(e)) {
-        copy(err.code, sizeof err.code, pe->code());
-        copy(err.message, sizeof err.message, pe->what());
-        copy(err.hint, sizeof err.hint, pe->hint().c_str());
-        copy(err.detail, sizeof err.detail, pe->detail().c_str());
+        const char *c = pe->code();
+        err.code = MAKE_SQLSTATE(c[0], c[1], c[2], c[3], c[4]);
+        err.message = copy(pe->what());
+        err.hint = copy(pe->hint().c_str());
+        err.detail = copy(pe->detail().c_str());
+        if (err.message == nullptr) {
+            err.code = ERRCODE_OUT_OF_MEMORY;
+            err.message = "out of memory in pg_claim";
+        }
     } else if (e && dynamic_cast<const std::bad_alloc *>(e)) {
-        copy(err.code, sizeof err.code, "53200");
-        copy(err.message, sizeof err.message, "out of memory in pg_claim");
+        err.code = ERRCODE_OUT_OF_MEMORY;
+        err.message = "out of memory in pg_claim";
     } else {
-        copy(err.code, sizeof err.code, "XX000");
-        copy(err.message, sizeof err.message, e ? e->what() : "unknown C++ exception in pg_claim");
+        err.code = ERRCODE_INTERNAL_ERROR;
+        const char *m = e ? copy(e->what()) : nullptr;
+        err.message = m ? m : "unknown C++ exception in pg_claim";
     }
 }
 
 void raise(const PendingError &err) {
-    error(err.code, err.message, err.hint[0] ? err.hint : nullptr,
-          err.detail[0] ? err.detail : nullptr);
+    ereport(ERROR, (errcode(err.code), errmsg_internal("%s", err.message),
+                    err.hint ? errhint("%s", err.hint) : 0,
+                    err.detail ? errdetail_internal("%s", err.detail) : 0));
+    pg_unreachable();
 }
 
-void error(const char *c, const char *message, const char *hint, const char *detail) {
-    ereport(ERROR, (errcode(MAKE_SQLSTATE(c[0], c[1], c[2], c[3], c[4])),
-                    errmsg_internal("%s", message),
-                    hint ? errhint("%s", hint) : 0,
-                    detail ? errdetail_internal("%s", detail) : 0));
+void error(Err e, const char *fmt, ...) {
+    StringInfoData buf;
+    initStringInfo(&buf);
+    for (;;) {
+        va_list args;
+        va_start(args, fmt);
+        int needed = appendStringInfoVA(&buf, fmt, args);
+        va_end(args);
+        if (needed == 0) break;
+        enlargeStringInfo(&buf, needed);
+    }
+    ereport(ERROR, (errcode(e.code), errmsg_internal("%s", buf.data),
+                    e.hint ? errhint("%s", e.hint) : 0,
+                    e.detail ? errdetail_internal("%s", e.detail) : 0));
     pg_unreachable();
+}
+
+void missing_object(const char *what) {
+    error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+           "The extension's objects were altered; re-create the extension."},
+          "pg_claim: %s is missing", what);
 }
 
 void require_arg(FunctionCallInfo fcinfo, int argno, const char *name) {
     if (PG_ARGISNULL(argno)) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "%s must not be NULL", name);
-        error("22004", msg);
+        error({ERRCODE_NULL_VALUE_NOT_ALLOWED}, "%s must not be NULL", name);
     }
 }
 
@@ -78,9 +101,7 @@ int64_t interval_us(const Interval *iv, const char *what) {
         pg_mul_s64_overflow((int64)iv->month, (int64)DAYS_PER_MONTH * USECS_PER_DAY, &months_us) ||
         pg_add_s64_overflow(iv->time, days_us, &total) ||
         pg_add_s64_overflow(total, months_us, &total)) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "%s is out of range", what);
-        error("22023", msg);
+        error({ERRCODE_INVALID_PARAMETER_VALUE}, "%s is out of range", what);
     }
     return total;
 }
@@ -91,9 +112,9 @@ char *arg_cstring(FunctionCallInfo fcinfo, int argno) {
 
 void require_primary(const char *fn) {
     if (RecoveryInProgress()) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "cannot call %s on a hot standby", fn);
-        error("25006", msg, "Connect to the primary: claims, tokens and leases are written there.");
+        error({ERRCODE_READ_ONLY_SQL_TRANSACTION,
+               "Connect to the primary: claims, tokens and leases are written there."},
+              "cannot call %s on a hot standby", fn);
     }
 }
 
@@ -106,14 +127,16 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit) {
         // them again for each call would cost more than any custom plan gains.
         SPIPlanPtr p = SPI_prepare_cursor(s.sql, s.nargs, s.types, CURSOR_OPT_GENERIC_PLAN);
         if (p == nullptr)
-            elog(ERROR, "pg_claim: SPI_prepare failed (%s) for: %s",
-                 SPI_result_code_string(SPI_result), s.sql);
-        if (SPI_keepplan(p) != 0) elog(ERROR, "pg_claim: SPI_keepplan failed");
+            error({ERRCODE_INTERNAL_ERROR}, "pg_claim: SPI_prepare failed (%s) for: %s",
+                  SPI_result_code_string(SPI_result), s.sql);
+        if (SPI_keepplan(p) != 0) error({ERRCODE_INTERNAL_ERROR}, "pg_claim: SPI_keepplan failed");
         s.plan = p;
     }
     int rc = SPI_execute_snapshot(s.plan, values, nulls, GetLatestSnapshot(), InvalidSnapshot,
                                   false, true, limit);
-    if (rc < 0) elog(ERROR, "pg_claim: SPI failed (%s) for: %s", SPI_result_code_string(rc), s.sql);
+    if (rc < 0)
+        error({ERRCODE_INTERNAL_ERROR}, "pg_claim: SPI failed (%s) for: %s",
+              SPI_result_code_string(rc), s.sql);
     if (pin >= 0) unpin_search_path(pin);
     return SPI_processed;
 }
@@ -197,7 +220,7 @@ void wal_forget(uint64 mark) {
 void flush_token_wal() {
     Oid nsp = get_namespace_oid("claim", false);
     Oid relid = get_relname_relid("token_seq", nsp);
-    if (!OidIsValid(relid)) elog(ERROR, "pg_claim: sequence claim.token_seq is missing");
+    if (!OidIsValid(relid)) missing_object("sequence claim.token_seq");
     Relation rel = relation_open(relid, AccessShareLock);
     Buffer buf = ReadBuffer(rel, 0);
     LockBuffer(buf, BUFFER_LOCK_SHARE);

@@ -36,13 +36,32 @@ extern "C" {
 
 namespace pgclaim::pg {
 
-// An error caught in C++ and waiting to be raised once no C++ scope is live.
+// SQLSTATEs of pg_claim's own conditions (class "PC"); the README lists
+// every code pg_claim raises.
+inline constexpr int kStaleToken = MAKE_SQLSTATE('P', 'C', '0', '0', '1');     // not a live claim
+inline constexpr int kLeaseMismatch = MAKE_SQLSTATE('P', 'C', '0', '0', '2');  // permits differ
+
+// What an error carries besides its message: the SQLSTATE (an ERRCODE_*
+// value or one of the above), and optionally a hint and a detail.
+struct Err {
+    int code;
+    const char *hint = nullptr;
+    const char *detail = nullptr;
+};
+
+// The one way pg_claim raises an error: printf-style message of any length.
+//   pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
+//             "queue \"%s\" does not exist", name);
+[[noreturn]] void error(Err e, const char *fmt, ...) pg_attribute_printf(2, 3);
+
+// An error caught in C++ and waiting to be raised once no C++ scope is live
+// (strings in the current memory context).
 struct PendingError {
     bool set;
-    char code[6];
-    char message[1024];
-    char hint[512];
-    char detail[512];
+    int code;
+    const char *message;
+    const char *hint;
+    const char *detail;
 };
 
 void capture(PendingError &err, const std::exception *e) noexcept;
@@ -64,9 +83,8 @@ inline void pure(F &&f) {
     if (err.set) raise(err);
 }
 
-// ereport with one of our SQLSTATE strings ("PC001", "22023", ...).
-[[noreturn]] void error(const char *sqlstate, const char *message, const char *hint = nullptr,
-                        const char *detail = nullptr);
+// 55000 for an object of the extension that is gone ("sequence claim.x").
+[[noreturn]] void missing_object(const char *what);
 
 // --- arguments -------------------------------------------------------------
 

@@ -92,11 +92,11 @@ void prepare_output(RowJson *rj, Column &c) {
 
 void set_string(JsonbValue *v, char *s, size_t len) {
     if (len > JENTRY_OFFLENMASK)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("string too long to represent as jsonb string"),
-                        errdetail("Due to an implementation restriction, jsonb strings cannot "
-                                  "exceed %d bytes.",
-                                  JENTRY_OFFLENMASK)));
+        error({ERRCODE_PROGRAM_LIMIT_EXCEEDED, nullptr,
+               psprintf("Due to an implementation restriction, jsonb strings cannot exceed %d "
+                        "bytes.",
+                        JENTRY_OFFLENMASK)},
+              "string too long to represent as jsonb string");
     v->type = jbvString;
     v->val.string.val = s;
     v->val.string.len = (int)len;
@@ -280,10 +280,9 @@ void pad_to_int(StringInfo buf) {
 // of the child's data instead of its length.
 uint32 jentry(uint32 type, int i, uint32 len, uint32 total) {
     if (total > JENTRY_OFFLENMASK)
-        ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                        errmsg("total size of jsonb array elements exceeds the maximum of %u "
-                               "bytes",
-                               JENTRY_OFFLENMASK)));
+        error({ERRCODE_PROGRAM_LIMIT_EXCEEDED},
+              "total size of jsonb array elements exceeds the maximum of %u bytes",
+              JENTRY_OFFLENMASK);
     return (i % JB_OFFSET_STRIDE) == 0 ? type | total | JENTRY_HAS_OFF : type | len;
 }
 

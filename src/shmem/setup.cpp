@@ -48,6 +48,9 @@ void shmem_startup() {
         shared->lock = &(GetNamedLWLockTranche("pg_claim"))->lock;
         pg_atomic_init_u32(&shared->rescan, 0);
         pg_atomic_init_u64(&shared->queue_drops, 1);
+        pg_atomic_init_u64(&shared->queue_changes, 1);
+        pg_atomic_init_u32(&shared->finished_waiters, 0);
+        pg_atomic_init_u64(&shared->wake_all_stamp, 0);
         pg_atomic_init_u32(&shared->nwaiters, 0);
         for (int i = 0; i < kBuckets; ++i) pg_atomic_init_u64(&shared->stamps[i], 0);
         for (int i = 0; i < kMaxDbSlots; ++i) {

@@ -84,7 +84,10 @@ struct Shared {
     Latch *launcher_latch;
     pg_atomic_uint32 rescan;       // ask the launcher to re-read pg_database
     pg_atomic_uint64 queue_drops;  // moved by every drop_queue (producers' queue caches)
+    pg_atomic_uint64 queue_changes;  // moved at the commit of alter_queue, pause, resume
     pg_atomic_uint32 nwaiters;
+    pg_atomic_uint32 finished_waiters;  // backends inside item_state(wait)
+    pg_atomic_uint64 wake_all_stamp;    // last time every waiter was woken (COMMIT PREPARED)
     uint64 next_seq;
     pg_atomic_uint64 stamps[kBuckets];  // last wake time per bucket
     DbSlot dbs[kMaxDbSlots];

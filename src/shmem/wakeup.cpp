@@ -44,6 +44,8 @@ bool pending_worker_poke = false;
 // to sleep, so it probably took something. If its transaction aborts, or if
 // the wake came from a notification whose count was only a lower bound, it
 // wakes the next waiter of the key when its transaction ends.
+bool finished_waiting = false;  // counted in shared->finished_waiters
+bool pending_changes_bump = false;
 bool baton = false;
 bool baton_on_commit = false;
 int baton_kind = 0;
@@ -92,14 +94,31 @@ int wake_locked(Oid db, int kind, int64 key, int64 count, bool exact) {
     return woken;
 }
 
+// Finished notifications matter only while someone waits for them; the
+// count is read after the commit became visible, and a waiter counts itself
+// before it reads an item's state, so one of the two sees the other.
+bool skip_pending(const Pending &p) {
+    return p.kind == (int)WaitKind::Finished &&
+           pg_atomic_read_u32(&shared->finished_waiters) == 0;
+}
+
 void wake_at_transaction_end(bool commit) {
+    if (finished_waiting && shared != nullptr) {
+        pg_atomic_fetch_sub_u32(&shared->finished_waiters, 1);
+        finished_waiting = false;
+    }
+    if (commit && pending_changes_bump && shared != nullptr)
+        (void)pg_atomic_fetch_add_u64(&shared->queue_changes, 1);
+    pending_changes_bump = false;
     if (commit && !baton_on_commit) baton = false;
     bool have = (commit && npending > 0) || baton;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
         TimestampTz now = GetCurrentTimestamp();
+        pg_memory_barrier();
         if (commit) {
             for (int i = 0; i < npending; ++i)
-                stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
+                if (!skip_pending(pending[i]))
+                    stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
         }
         if (baton) stamp_bucket(bucket_of(MyDatabaseId, baton_kind, baton_key), now);
         pg_memory_barrier();
@@ -107,8 +126,9 @@ void wake_at_transaction_end(bool commit) {
             LWLockAcquire(shared->lock, LW_EXCLUSIVE);
             if (commit)
                 for (int i = 0; i < npending; ++i)
-                    wake_locked(MyDatabaseId, pending[i].kind, pending[i].key, pending[i].count,
-                                pending[i].exact);
+                    if (!skip_pending(pending[i]))
+                        wake_locked(MyDatabaseId, pending[i].kind, pending[i].key,
+                                    pending[i].count, pending[i].exact);
             if (baton) wake_locked(MyDatabaseId, baton_kind, baton_key, 1, false);
             LWLockRelease(shared->lock);
         }
@@ -290,7 +310,8 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
 
     volatile bool woken = false;
     volatile bool pass_on = false;
-    if ((int64)pg_atomic_read_u64(&shared->stamps[b]) < baseline) {
+    if ((int64)pg_atomic_read_u64(&shared->stamps[b]) < baseline &&
+        (int64)pg_atomic_read_u64(&shared->wake_all_stamp) < baseline) {
         PG_TRY();
         {
             (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
@@ -340,6 +361,54 @@ void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
 }  // namespace
 
 void notify_ready(WaitKind kind, int64 key) { add_pending(kind, key, 1, false); }
+
+void notify_finished(int64 queue_id) {
+    add_pending(WaitKind::Finished, queue_id, PG_INT32_MAX, true);
+}
+
+void finished_wait_begin() {
+    if (shared == nullptr || finished_waiting) return;
+    register_callbacks();
+    finished_waiting = true;
+    pg_atomic_fetch_add_u32(&shared->finished_waiters, 1);  // full barrier
+}
+
+void finished_wait_end() {
+    if (shared == nullptr || !finished_waiting) return;
+    finished_waiting = false;
+    pg_atomic_fetch_sub_u32(&shared->finished_waiters, 1);
+}
+
+void wake_all_waiters() {
+    if (shared == nullptr || !OidIsValid(MyDatabaseId)) return;
+    TimestampTz now = GetCurrentTimestamp();
+    pg_atomic_uint64 *s = &shared->wake_all_stamp;
+    uint64 old = pg_atomic_read_u64(s);
+    while ((int64)old < now) {
+        if (pg_atomic_compare_exchange_u64(s, &old, (uint64)now)) break;
+    }
+    pg_memory_barrier();
+    if (pg_atomic_read_u32(&shared->nwaiters) == 0) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    for (int i = 0; i < shared->nwaiter_slots; ++i) {
+        Waiter *w = &shared->waiters[i];
+        if (!w->waiting || w->woken || w->db != MyDatabaseId) continue;
+        w->woken = true;
+        w->baton = false;
+        SetLatch(w->latch);
+    }
+    LWLockRelease(shared->lock);
+}
+
+void queues_changed_at_commit() {
+    if (shared == nullptr) return;
+    register_callbacks();
+    pending_changes_bump = true;
+}
+
+uint64 queue_changes() {
+    return shared == nullptr ? 0 : pg_atomic_read_u64(&shared->queue_changes);
+}
 
 void notify_ready(WaitKind kind, int64 key, int64 count) { add_pending(kind, key, count, true); }
 

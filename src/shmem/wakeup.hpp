@@ -19,8 +19,9 @@
 
 namespace pgclaim::shmem {
 
-// What a waiter waits for: items of a queue, or a slot of a named lease.
-enum class WaitKind : int { Queue = 1, Lease = 2 };
+// What a waiter waits for: items of a queue, a slot of a named lease, or
+// items of a queue that finish (claim.item_state with wait).
+enum class WaitKind : int { Queue = 1, Lease = 2, Finished = 3 };
 
 // Sleep until woken for (kind, key) or `timeout_ms` passes, whichever comes
 // first; may return early (callers re-check and call again). Handles
@@ -42,6 +43,29 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms);
 //                                   and nobody more.
 void notify_ready(WaitKind kind, int64 key);
 void notify_ready(WaitKind kind, int64 key, int64 count);
+
+// Items of `queue_id` finish when the current transaction commits
+// (completed, dead, cancelled): every waiter of (Finished, queue_id) is woken
+// then. Costs nothing at commit while no backend waits in item_state.
+void notify_finished(int64 queue_id);
+
+// A backend about to wait for items to finish calls finished_wait_begin()
+// before it first reads the item's state, and finished_wait_end() when done
+// (the end of the transaction does it too, after an error).
+void finished_wait_begin();
+void finished_wait_end();
+
+// Wake every waiter of this database (the commit of a prepared transaction:
+// what it made ready is unknown). Waiters between their scan and their
+// sleep see it too.
+void wake_all_waiters();
+
+// Queue settings changed (alter_queue, pause, resume): backends' cached
+// queue definitions are dropped once this transaction commits.
+// queue_changes() is 0 without the preload (cached definitions then live
+// for QueueCache::kTtlUs).
+void queues_changed_at_commit();
+uint64 queue_changes();
 
 // True when the library was preloaded (shared memory and worker available).
 bool preloaded();
