@@ -8,6 +8,7 @@
 extern "C" {
 #include "catalog/namespace.h"
 #include "storage/lmgr.h"
+#include "utils/lsyscache.h"
 }
 
 namespace pgclaim::pg {
