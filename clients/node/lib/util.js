@@ -58,9 +58,13 @@ function cancelActive(client) {
         resolve(ok);
       }
     };
+    // Send the request and wait for the other side to close the connection,
+    // as libpq does: a client that closes first can crash PgBouncer 1.18.
     const socket = net.connect(target, () => {
-      socket.end(msg);
+      socket.write(msg);
     });
+    socket.on('data', () => {});
+    socket.on('end', () => socket.destroy());
     socket.setTimeout(5000, () => socket.destroy());
     socket.on('error', () => finish(false));
     socket.on('close', () => finish(true));

@@ -1,0 +1,217 @@
+// Type declarations for pg-claim (hand-written; the package is plain JavaScript).
+
+import { EventEmitter } from 'events';
+import type { Pool, PoolClient, PoolConfig, ClientBase } from 'pg';
+
+/** Milliseconds (number) or a PostgreSQL interval ('30 seconds'). */
+export type Duration = number | string;
+
+/** Any JSON value. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** A claimed item, as the handler sees it. Ids and tokens are bigint, given as decimal strings. */
+export interface Job<P = any> {
+  queue: string;
+  id: string;
+  token: string;
+  payload: P;
+  /** Deliveries of this item so far, this one included (1 on the first). */
+  attempt: number;
+  groupKey: string | null;
+  enqueuedAt: Date;
+  /** The lease end on the server's clock (moved by each heartbeat). */
+  leaseUntil: Date;
+}
+
+export interface JobContext {
+  /**
+   * Aborted when the item's lease was lost (a heartbeat got a stale token) or
+   * when the worker stopped and its grace period ended; the outcome is then
+   * dropped, so the handler may give up.
+   */
+  signal: AbortSignal;
+  /** In transactional mode: the connection whose transaction already asserted the token; otherwise null. */
+  client: PoolClient | null;
+  worker: Worker;
+  /** Extends the lease now (the heartbeat does this on its own). */
+  extend(lease?: Duration | null): Promise<Date>;
+}
+
+export type Handler<P = any, R = unknown> = (job: Job<P>, ctx: JobContext) => Promise<R> | R;
+
+export interface Logger {
+  info?(message: string): void;
+  warn?(message: string): void;
+  error?(message: string): void;
+}
+
+export interface ConnectionOptions {
+  /** A libpq-style URL, for a pool the worker or client creates and ends. */
+  connectionString?: string;
+  /** Options for that pool (pg.PoolConfig). */
+  poolConfig?: PoolConfig;
+  /** A pool of yours; it is used and not ended. */
+  pool?: Pool;
+}
+
+export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
+  queue: string;
+  handler: Handler<P, R>;
+  /** Handlers running at once (default 1). */
+  concurrency?: number;
+  /** Lease of each claim and each extension (default: the queue's). */
+  lease?: Duration | null;
+  /** How long one claim waits inside the server for work (default 5000 ms, at most 1 hour). */
+  wait?: Duration;
+  /** After stop(): how long running handlers may take before their items are released (default 30000 ms). */
+  grace?: number;
+  /** Run each handler in a transaction that asserted the token; the completion commits with its writes. */
+  transactional?: boolean;
+  /** Aborting it stops the worker, as stop() does. */
+  signal?: AbortSignal;
+  /** Extend live leases at about a third of their length (default true). */
+  heartbeat?: boolean;
+  /** Worker name recorded with each claim (default node:<host>:<pid>). */
+  worker?: string;
+  logger?: Logger;
+}
+
+export interface WorkerStats {
+  claimed: number;
+  completed: number;
+  failed: number;
+  stale: number;
+  released: number;
+  claimCalls: number;
+}
+
+export type Outcome = 'completed' | 'failed' | 'stale' | 'released' | 'dropped';
+
+export declare class Worker<P = any, R = unknown> extends EventEmitter {
+  constructor(options: WorkerOptions<P, R>);
+  readonly queue: string;
+  readonly concurrency: number;
+  readonly transactional: boolean;
+  readonly stats: WorkerStats;
+  /** The pool in use; set once run() started. */
+  readonly pool: Pool | null;
+  readonly running: boolean;
+  /** Claims and runs items until stop() or the signal; resolves once everything held is finished or released. */
+  run(): Promise<void>;
+  /** Stops claiming, lets running handlers finish up to `grace`, then releases what is still held. */
+  stop(): Promise<void>;
+
+  on(event: 'completed', listener: (job: Job<P>, result: R) => void): this;
+  on(event: 'failed', listener: (job: Job<P>, error: unknown) => void): this;
+  on(event: 'stale', listener: (job: Job<P>, error?: StaleTokenError) => void): this;
+  on(event: 'released' | 'dropped', listener: (job: Job<P>) => void): this;
+  on(event: 'settled', listener: (job: Job<P>, outcome: Outcome) => void): this;
+  on(event: 'stopped', listener: () => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+/** Calls worker.stop() on SIGTERM and SIGINT (or the signals given); returns a function that removes the handlers. */
+export declare function handleSignals(worker: Worker<any, any>, signals?: NodeJS.Signals[]): () => void;
+
+export interface CallOptions {
+  /** Run on this connection, inside its open transaction if it has one. */
+  client?: ClientBase;
+}
+
+export interface EnqueueOptions extends CallOptions {
+  groupKey?: string | null;
+  runAt?: Date | string | null;
+  priority?: number;
+  dedupKey?: string | null;
+  /** Ids this item waits for (servers with enqueue(..., after)). */
+  after?: Array<string | number | bigint> | null;
+}
+
+export interface EnqueueBatchOptions extends CallOptions {
+  groupKeys?: Array<string | null> | null;
+  runAt?: Date | string | null;
+  priority?: number;
+}
+
+export type ItemStateName = 'waiting' | 'scheduled' | 'ready' | 'claimed' | 'completed' | 'dead' | 'cancelled';
+
+export interface ItemState {
+  state: ItemStateName;
+  attempt: number | null;
+  result: Json | null;
+  error: string | null;
+  finishedAt: Date | null;
+}
+
+export interface QueueStats {
+  queue: string;
+  ready: number;
+  scheduled: number;
+  claimed: number;
+  dead: number;
+  /** A node-postgres interval object, or null. */
+  oldestReadyAge: unknown;
+}
+
+export interface CreateQueueOptions extends CallOptions {
+  lease?: Duration;
+  maxAttempts?: number;
+  backoff?: Duration;
+}
+
+export declare class Client {
+  constructor(options: ConnectionOptions);
+  readonly pool: Pool;
+  /** Adds an item; resolves to its id. */
+  enqueue(queue: string, payload?: Json, options?: EnqueueOptions): Promise<string>;
+  /** Adds many items in one statement; resolves to their ids, in order. */
+  enqueueBatch(queue: string, payloads: Json[], options?: EnqueueBatchOptions): Promise<string[]>;
+  /** Cancels items, revoking live claims; resolves to how many. NotSupportedError without claim.cancel. */
+  cancel(queue: string, ids: Array<string | number | bigint>, options?: CallOptions): Promise<number>;
+  /** An item's state, or null; `wait` waits in the server for it to finish. NotSupportedError without claim.item_state. */
+  itemState(queue: string, id: string | number | bigint, options?: CallOptions & { wait?: Duration }): Promise<ItemState | null>;
+  /** claim.queue_stats, for all queues or one. */
+  stats(queue?: string | null, options?: CallOptions): Promise<QueueStats[]>;
+  createQueue(queue: string, options?: CreateQueueOptions): Promise<void>;
+  dropQueue(queue: string, options?: CallOptions): Promise<void>;
+  /** Ends the pool if this Client created it. */
+  close(): Promise<void>;
+}
+
+export declare class PgClaimError extends Error {
+  /** The SQLSTATE, or null. */
+  readonly code: string | null;
+  readonly detail?: string;
+  readonly hint?: string;
+  readonly cause?: unknown;
+}
+/** PC001 */
+export declare class StaleTokenError extends PgClaimError {}
+/** PC002 */
+export declare class PermitMismatchError extends PgClaimError {}
+/** 42704 */
+export declare class UnknownQueueError extends PgClaimError {}
+/** 22023, 22004 */
+export declare class InvalidArgumentError extends PgClaimError {}
+/** 42501 */
+export declare class PermissionDeniedError extends PgClaimError {}
+/** 25006 */
+export declare class ReadOnlyError extends PgClaimError {}
+/** 42710 */
+export declare class DuplicateQueueError extends PgClaimError {}
+/** 42602 */
+export declare class InvalidNameError extends PgClaimError {}
+/** 57014 */
+export declare class QueryCanceledError extends PgClaimError {}
+/** The server's pg_claim lacks the function a call needs. */
+export declare class NotSupportedError extends PgClaimError {}
+
+/** Thrown by a handler: the item fails and is ready again after `afterMs`. */
+export declare class RetryError extends Error {
+  constructor(afterMs: number, message?: string);
+  readonly afterMs: number;
+}
+
+/** The pg_claim class for a driver error (by SQLSTATE); errors without one are returned unchanged. */
+export declare function mapError(err: unknown): unknown;
+export declare function isStale(err: unknown): boolean;
