@@ -8,7 +8,9 @@ SET statement_timeout = '20s';
 
 -- Runs a statement; shows "ok: <first column of the first row>" or
 -- "<SQLSTATE>: <message>". Control characters in messages show as '?',
--- numbers after "token" or "id" as N, and a message is cut at 160 characters.
+-- numbers after "token" or "id" as N, a run of 16 or more equal characters
+-- (an echoed oversized argument) as three of them and "...", and a message
+-- is cut at 160 characters.
 CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v text;
@@ -17,8 +19,9 @@ BEGIN
     RETURN 'ok: ' || coalesce(v, 'NULL');
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' ||
-        left(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
-                            '(token|id) \d+', '\1 N', 'g'), 160);
+        left(regexp_replace(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
+                                           '(token|id) \d+', '\1 N', 'g'),
+                            '(.)\1{15,}', '\1\1\1...', 'g'), 160);
 END $$;
 
 -- Tokens of each kind, for the token cases.
@@ -365,8 +368,9 @@ BEGIN
     RETURN 'ok: ' || coalesce(v, 'NULL');
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' ||
-        left(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
-                            '(token|id) \d+', '\1 N', 'g'), 160);
+        left(regexp_replace(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
+                                           '(token|id) \d+', '\1 N', 'g'),
+                            '(.)\1{15,}', '\1\1\1...', 'g'), 160);
 END $$;
 SELECT pg_temp.try('SELECT claim.complete(' || :other_token || '::bigint)');
 SELECT pg_temp.try('SELECT claim.assert_token(' || :other_token || ')');
