@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# test/clients.sh — the client libraries' suites against a real server, directly
+# and through PgBouncer in transaction pooling mode.
+#
+# Run as root from anywhere, after test/setup.sh installed the extension:
+#
+#   bash test/clients.sh
+#
+#   1. installs the missing Debian packages (python3-psycopg, python3-pytest,
+#      pgbouncer; nodejs and npm when clients/node exists);
+#   2. starts a throwaway cluster as the unprivileged user "pgclaim" on a free
+#      port, with shared_preload_libraries = 'pg_claim' and the extension
+#      created in database "clients";
+#   3. starts PgBouncer (pool_mode = transaction) in front of it, with its own
+#      configuration in the scratch directory;
+#   4. runs the Python suite (clients/python/tests, pytest) directly and through
+#      PgBouncer, and `npm test` in clients/node (when clients/node/package.json
+#      exists) the same two ways. Each suite reads the server's URI from
+#      PGCLAIM_TEST_DSN.
+# Prints a summary; the last line is "clients: N passed, N failed" (pytest tests
+# and node test cases; a suite that cannot run counts as one failure). Exits
+# non-zero on any failure. The servers are stopped and the scratch directory
+# removed on exit, whatever happens.
+#
+# Environment: PGCLAIM_USER (default pgclaim), CLIENTS_PYTEST_ARGS (extra
+# pytest arguments, e.g. "-k heartbeat"), CLIENTS_KEEP=1 keeps the scratch
+# directory (logs) after the run.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_BIN=/usr/lib/postgresql/15/bin
+RUN_USER="${PGCLAIM_USER:-pgclaim}"
+PY=/usr/bin/python3
+DB=clients
+
+say() { printf '==> %s\n' "$*"; }
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "test/clients.sh must run as root (it installs packages and starts servers as $RUN_USER)" >&2
+    exit 1
+fi
+
+# --- 1. packages --------------------------------------------------------------
+PACKAGES=(python3 python3-psycopg python3-pytest pgbouncer util-linux iproute2)
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+        missing+=("$p")
+    fi
+done
+# Node: only when the Node client exists, and only what is missing (a node
+# from elsewhere, e.g. NodeSource, brings its own npm and conflicts with
+# Debian's npm package).
+if [[ -f "$ROOT/clients/node/package.json" ]]; then
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
+if ((${#missing[@]})); then
+    say "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null || {
+        echo "could not install ${missing[*]}" >&2
+        echo "clients: 0 passed, 1 failed"
+        exit 1
+    }
+else
+    say "packages: all present"
+fi
+if ! id -u "$RUN_USER" >/dev/null 2>&1; then
+    say "creating OS user $RUN_USER"
+    useradd --create-home --shell /bin/bash "$RUN_USER"
+fi
+if [[ ! -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]]; then
+    echo "pg_claim is not installed: run test/setup.sh first" >&2
+    echo "clients: 0 passed, 1 failed"
+    exit 1
+fi
+# Debian starts a pgbouncer service on install; this script runs its own.
+
+# --- 2. a throwaway cluster ---------------------------------------------------
+free_port() {
+    local port
+    for _ in $(seq 1 200); do
+        port=$((20000 + RANDOM % 20000))
+        if ! ss -Htan "( sport = :$port )" 2>/dev/null | grep -q . &&
+           "$PY" -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.close()" "$port" 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+SCRATCH="$(mktemp -d /tmp/pg_claim-clients.XXXXXX)"
+chown "$RUN_USER:" "$SCRATCH"
+chmod 755 "$SCRATCH"
+PGDATA="$SCRATCH/data"
+as_user() { runuser -u "$RUN_USER" -- env HOME="$SCRATCH" PATH="$PG_BIN:$PATH" "$@"; }
+
+cleanup() {
+    local rc=$?
+    if [[ -f "$SCRATCH/pgbouncer.pid" ]]; then
+        kill "$(cat "$SCRATCH/pgbouncer.pid")" 2>/dev/null || true
+        sleep 0.2
+    fi
+    if [[ -f "$PGDATA/postmaster.pid" ]]; then
+        as_user pg_ctl -D "$PGDATA" stop -m fast -w >/dev/null 2>&1 || true
+    fi
+    if [[ "${CLIENTS_KEEP:-0}" == 1 ]]; then
+        echo "scratch directory kept: $SCRATCH" >&2
+    else
+        rm -rf "$SCRATCH"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PGPORT="$(free_port)" || { echo "no free port" >&2; echo "clients: 0 passed, 1 failed"; exit 1; }
+say "starting a throwaway cluster as $RUN_USER in $SCRATCH (port $PGPORT)"
+as_user initdb -D "$PGDATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
+cat >>"$PGDATA/postgresql.conf" <<EOF
+port = $PGPORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$SCRATCH'
+shared_preload_libraries = 'pg_claim'
+max_connections = 150
+fsync = off
+EOF
+if ! as_user pg_ctl -D "$PGDATA" -l "$SCRATCH/server.log" -w start >/dev/null; then
+    tail -n 30 "$SCRATCH/server.log"
+    echo "clients: 0 passed, 1 failed"
+    exit 1
+fi
+as_user psql -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d postgres \
+    -c "CREATE DATABASE $DB" >/dev/null
+as_user psql -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d "$DB" \
+    -c "CREATE EXTENSION pg_claim" >/dev/null
+say "pg_claim $(as_user psql -X -Atq -h "$SCRATCH" -p "$PGPORT" -d "$DB" \
+    -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_claim'") in database $DB"
+
+# --- 3. PgBouncer in transaction pooling mode ---------------------------------
+BPORT="$(free_port)" || { echo "no free port" >&2; echo "clients: 0 passed, 1 failed"; exit 1; }
+printf '"%s" ""\n' "$RUN_USER" >"$SCRATCH/userlist.txt"
+cat >"$SCRATCH/pgbouncer.ini" <<EOF
+[databases]
+$DB = host=127.0.0.1 port=$PGPORT dbname=$DB user=$RUN_USER
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $BPORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $SCRATCH/userlist.txt
+pool_mode = transaction
+; every claim or item_state that waits holds a server connection for its wait
+default_pool_size = 60
+max_client_conn = 300
+ignore_startup_parameters = extra_float_digits
+pidfile = $SCRATCH/pgbouncer.pid
+logfile = $SCRATCH/pgbouncer.log
+admin_users = $RUN_USER
+EOF
+chown "$RUN_USER:" "$SCRATCH"/pgbouncer.ini "$SCRATCH"/userlist.txt
+if ! runuser -u "$RUN_USER" -- pgbouncer -d "$SCRATCH/pgbouncer.ini"; then
+    cat "$SCRATCH/pgbouncer.log" 2>/dev/null | tail -n 20
+    echo "clients: 0 passed, 1 failed"
+    exit 1
+fi
+for _ in $(seq 1 50); do
+    if as_user psql -X -Atq -h 127.0.0.1 -p "$BPORT" -d "$DB" -c "SELECT 1" >/dev/null 2>&1; then
+        break
+    fi
+    sleep 0.1
+done
+say "PgBouncer $(pgbouncer --version | head -n1 | awk '{print $2}') on port $BPORT, pool_mode = transaction"
+
+DIRECT="postgresql://$RUN_USER@127.0.0.1:$PGPORT/$DB"
+POOLED="postgresql://$RUN_USER@127.0.0.1:$BPORT/$DB"
+
+# --- 4. the suites --------------------------------------------------------------
+PASSED=0
+FAILED=0
+SUMMARY=()
+
+run_python() {   # $1 label, $2 dsn
+    local label="$1" dsn="$2" xml="$SCRATCH/pytest-$1.xml" rc counts p f s
+    say "Python suite, $label"
+    # shellcheck disable=SC2086
+    (cd "$ROOT/clients/python" &&
+        PGCLAIM_TEST_DSN="$dsn" PYTHONDONTWRITEBYTECODE=1 timeout 900 \
+        "$PY" -m pytest -p no:cacheprovider -q -rs --junitxml="$xml" tests ${CLIENTS_PYTEST_ARGS:-})
+    rc=$?
+    counts="$("$PY" - "$xml" <<'PYEOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+t = sum(int(s.get("tests", 0)) for s in suites)
+f = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+sk = sum(int(s.get("skipped", 0)) for s in suites)
+print(t - f - sk, f, sk)
+PYEOF
+)"
+    if [[ -z "$counts" ]]; then
+        p=0; f=1; s=0
+    else
+        read -r p f s <<<"$counts"
+        if (( rc != 0 && f == 0 )); then f=1; fi
+    fi
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+    SUMMARY+=("python ($label): $p passed, $f failed, $s skipped")
+}
+
+run_node() {   # $1 label, $2 dsn
+    local label="$1" dsn="$2" log="$SCRATCH/node-$1.log" rc p f
+    say "Node suite, $label"
+    (cd "$ROOT/clients/node" && PGCLAIM_TEST_DSN="$dsn" timeout 900 npm test) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    p=$(grep -E '^(# |ℹ )pass [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
+    f=$(grep -E '^(# |ℹ )fail [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
+    p=${p:-0}; f=${f:-0}
+    if (( rc != 0 && f == 0 )); then f=1; fi
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+    SUMMARY+=("node ($label): $p passed, $f failed")
+}
+
+if [[ -d "$ROOT/clients/python/tests" ]]; then
+    run_python direct "$DIRECT"
+    run_python pgbouncer "$POOLED"
+else
+    FAILED=$((FAILED + 1))
+    SUMMARY+=("python: clients/python/tests missing")
+fi
+
+if [[ -f "$ROOT/clients/node/package.json" ]]; then
+    say "npm install in clients/node"
+    if (cd "$ROOT/clients/node" &&
+        if [[ -f package-lock.json ]]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi); then
+        run_node direct "$DIRECT"
+        run_node pgbouncer "$POOLED"
+    else
+        FAILED=$((FAILED + 1))
+        SUMMARY+=("node: npm install failed")
+    fi
+fi
+
+echo
+echo "== summary"
+for line in "${SUMMARY[@]}"; do echo "  $line"; done
+if (( FAILED > 0 )); then
+    echo "  logs: server $SCRATCH/server.log, pgbouncer $SCRATCH/pgbouncer.log (set CLIENTS_KEEP=1 to keep them)"
+fi
+echo "clients: $PASSED passed, $FAILED failed"
+(( FAILED == 0 ))
