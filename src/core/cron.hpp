@@ -45,7 +45,8 @@
 //     its first occurrence, whatever the schedule: "*/15 1 * * *" in
 //     America/New_York on 2026-11-01 fires at 01:00, 01:15, 01:30 and 01:45
 //     EDT and not again in the repeated hour; "0 * * * *" fires at 01:00 EDT
-//     and next at 02:00 EST.
+//     and next at 02:00 EST, and "* * * * *" does not fire during the repeated
+//     hour (01:00-01:59 EST): every local time it names fired in the first pass.
 //
 // Nothing here throws or allocates: the server layer calls it from frames that
 // also call the server.
@@ -112,12 +113,33 @@ struct ZoneTransition {
 // The rules of a time zone, as next_fire needs them. Offsets are seconds
 // east of UTC (Berlin in winter: +3600). Implementations must not throw.
 //
-// PostgreSQL's pg_tz maps onto it directly:
-//   utc_offset_at(t):     pg_localtime(&t, tz)->tm_gmtoff
-//   next_transition(t):   pg_next_dst_boundary(&t, &before, &isdst, &boundary,
-//                         &after, &isdst2, tz) == 1, then
-//                         {boundary, before, after}
-// Transitions where the offset does not change are allowed (they are skipped).
+// PostgreSQL's pg_tz (pgtime.h) maps onto it directly:
+//
+//   class PgZone final : public pgclaim::ZoneRules {
+//   public:
+//       explicit PgZone(const pg_tz *tz) : tz_(tz) {}
+//       int32_t utc_offset_at(int64_t t) const noexcept override {
+//           pg_time_t pt = t;
+//           const struct pg_tm *tm = pg_localtime(&pt, tz_);
+//           return tm ? static_cast<int32_t>(tm->tm_gmtoff) : 0;
+//       }
+//       bool next_transition(int64_t t, pgclaim::ZoneTransition *out) const noexcept override {
+//           pg_time_t pt = t, boundary;
+//           long before, after;
+//           int before_dst, after_dst;
+//           if (pg_next_dst_boundary(&pt, &before, &before_dst, &boundary, &after, &after_dst,
+//                                    tz_) != 1)
+//               return false;
+//           *out = {boundary, static_cast<int32_t>(before), static_cast<int32_t>(after)};
+//           return true;
+//       }
+//   private:
+//       const pg_tz *tz_;
+//   };
+//
+// (pg_next_dst_boundary reports the first listed transition strictly after t;
+// pg_tzset(name) returns NULL for an unknown zone name.) Transitions where the
+// offset does not change are allowed.
 class ZoneRules {
 public:
     virtual ~ZoneRules() = default;

@@ -806,3 +806,106 @@ TEST(CronDst, ManySchedulesStayBounded) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// against a reference that scans UTC minute by minute
+// ---------------------------------------------------------------------------
+
+namespace {
+
+bool matches_local(const CronSchedule &s, int64_t local) {
+    const int64_t days = local >= 0 ? local / 86400 : -((-local + 86399) / 86400);
+    const int64_t rest = local - days * 86400;
+    int64_t y;
+    int m, d;
+    pgclaim::civil_from_days(days, &y, &m, &d);
+    const int weekday = static_cast<int>(((days + 4) % 7 + 7) % 7);
+    return pgclaim::cron_matches(s, m, d, weekday, static_cast<int>(rest / 3600),
+                                 static_cast<int>(rest / 60 % 60), static_cast<int>(rest % 60));
+}
+
+// The documented rules, applied literally to every UTC minute: a minute fires
+// when its local time matches and was not seen before (the first pass of an
+// overlap), or when the local clock jumped over a matching time and the hour
+// field is restricted. Needs offsets and transitions on whole minutes.
+// Returns -1 when nothing fires within `horizon` seconds after `after`.
+int64_t reference_next(const CronSchedule &s, const ZoneRules &z, int64_t after, int64_t horizon) {
+    const int64_t start = (after / 60 - 24 * 60) * 60;
+    int64_t max_local = INT64_MIN, prev_local = 0;
+    for (int64_t t = start; t <= after + horizon; t += 60) {
+        const int64_t local = t + z.utc_offset_at(t);
+        bool fire = local > max_local && matches_local(s, local);
+        if (t > start && local - prev_local > 60 && !s.hour_star)
+            for (int64_t skipped = prev_local + 60; skipped < local && !fire; skipped += 60)
+                fire = matches_local(s, skipped);
+        if (fire && t > after) return t;
+        if (local > max_local) max_local = local;
+        prev_local = local;
+    }
+    return -1;
+}
+
+}  // namespace
+
+TEST(CronDst, AgreesWithMinuteByMinuteReference) {
+    struct ZoneCase {
+        const char *name;
+        int64_t transitions[2];
+    } zones[] = {
+        {"Europe/Berlin", {utc(2026, 3, 29, 1), utc(2026, 10, 25, 1)}},
+        {"America/New_York", {utc(2026, 3, 8, 7), utc(2026, 11, 1, 6)}},
+        {"Australia/Lord_Howe", {utc(2026, 4, 4, 15), utc(2026, 10, 3, 15, 30)}},
+        {"Pacific/Apia", {utc(2011, 12, 30, 10), utc(2011, 4, 2, 14)}},
+    };
+    const char *minutes[] = {"*", "*/15", "0", "30", "0,30", "5-10", "*/7", "59", "15"};
+    const char *hours[] = {"*", "1", "2", "1-3", "*/2", "2,3", "0", "23", "3"};
+    const char *doms[] = {"*", "*", "1", "29", "31", "*/2", "25-31", "4"};
+    const char *months[] = {"*", "*", "3", "10,11", "3,4,10", "*/2", "12"};
+    const char *dows[] = {"*", "*", "0", "1-5", "SUN", "6", "*/3"};
+    uint64_t rng = 0x9e3779b97f4a7c15u;
+    auto next = [&rng](uint64_t n) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        return rng % n;
+    };
+    int compared = 0, loaded = 0;
+    for (const ZoneCase &zc : zones) {
+        auto z = zone(zc.name);
+        if (!z) continue;
+        loaded++;
+        for (int64_t transition : zc.transitions) {
+            for (int i = 0; i < 100; i++) {
+                char expr[96];
+                std::snprintf(expr, sizeof expr, "%s %s %s %s %s", minutes[next(9)], hours[next(9)],
+                              doms[next(8)], months[next(7)], dows[next(7)]);
+                const CronParseResult r = pgclaim::parse_cron(expr);
+                if (!r.ok) continue;
+                // from up to three hours before the transition to three after, any
+                // second; then the next fires in a chain
+                int64_t after = transition - 3 * 3600 + static_cast<int64_t>(next(6 * 3600));
+                const int64_t horizon = 2 * 86400;
+                for (int k = 0; k < 4; k++) {
+                    const int64_t want = reference_next(r.schedule, *z, after, horizon);
+                    int64_t got = 0;
+                    const bool found = pgclaim::next_fire(r.schedule, *z, after * kMicros, &got);
+                    if (want < 0) {
+                        if (found) {
+                            EXPECT_GT(got / kMicros, after + horizon)
+                                << zc.name << " '" << expr << "' after " << local_text(*z, after);
+                        }
+                        break;
+                    }
+                    ASSERT_TRUE(found) << zc.name << " '" << expr << "' after "
+                                       << local_text(*z, after);
+                    ASSERT_EQ(local_text(*z, got / kMicros), local_text(*z, want))
+                        << zc.name << " '" << expr << "' after " << local_text(*z, after);
+                    after = want;
+                }
+                compared++;
+            }
+        }
+    }
+    if (loaded == 0) GTEST_SKIP() << "no time zone files under /usr/share/zoneinfo (tzdata)";
+    EXPECT_GT(compared, 400);
+}
