@@ -83,8 +83,9 @@ struct CronSchedule {
 //   message         e.g. "field 3 (day of month): value 32 out of range 1-31 at position 7"
 //   position        1-based character offset of the offending text in the expression
 //                   (the end of the expression + 1 when a field is missing)
-//   field           1-based number of the bad field, 0 when the error concerns
-//                   the whole expression (empty, wrong number of fields, unknown macro)
+//   field           1-based number of the bad field as written (in the six-field
+//                   form field 1 is the second), 0 when the error concerns the whole
+//                   expression (empty, wrong number of fields, unknown macro)
 //   field_position  1-based character offset where that field starts (0 with field 0)
 struct CronParseResult {
     bool ok;
