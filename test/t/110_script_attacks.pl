@@ -484,6 +484,12 @@ is( clean('victim', q{
 		WHERE p.pronamespace = 'claim'::regnamespace AND l.lanname <> 'c'
 		  AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)}),
 	'none', 'victim: every SQL-language function pins search_path = pg_catalog, pg_temp');
+is( clean('victim', q{
+		SELECT coalesce(string_agg(p.oid::regprocedure::text, ', '), 'none')
+		FROM pg_proc p
+		WHERE p.pronamespace = 'claim'::regnamespace AND p.prosecdef
+		  AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)}),
+	'none', 'victim: no SECURITY DEFINER function without a pinned search_path');
 
 owned_by_installer('victim', 'after CREATE EXTENSION');
 $err = exercise_api('victim');
