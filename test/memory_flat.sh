@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# test/memory_flat.sh — memory stays flat: many calls of each hot function in
+# one backend must not grow that backend's memory contexts.
+#
+#   bash test/memory_flat.sh [CALLS]      (or MEMFLAT_CALLS; default 100000)
+#
+# Run as root from the checkout, with the extension installed (test/setup.sh).
+# Starts a throwaway cluster as the OS user pgclaim (extension preloaded). For
+# each case, one backend runs a PL/pgSQL procedure that
+#   1. calls the function WARM times (MEMFLAT_WARM, default 2000: caches,
+#      prepared plans and relcache entries are built here),
+#   2. sums total_bytes of pg_backend_memory_contexts,
+#   3. calls the function CALLS more times, committing every 1000 calls (a
+#      claim keeps an item lock until its transaction ends, as the README says),
+#   4. sums total_bytes again, in the same backend.
+# The growth must stay below MEMFLAT_LIMIT bytes (default 1048576 = 1 MB).
+#
+# Cases: a baseline loop that calls nothing; enqueue; claim_next (claims pile
+# up); complete (of the tokens claimed by the claim_next case); claim_next with
+# a 1 ms wait that times out on an empty queue (MEMFLAT_WAIT_CALLS, default
+# 3000: each call sleeps); lease_acquire + lease_release on 100 names; once on
+# fresh keys; an INSERT into a table with a row-level enqueue_trigger;
+# group_claim + complete of a group.
+#
+# The issue's figure is 1M calls: MEMFLAT_CALLS=1000000 (about 10 minutes on
+# 2 cores). The default (100k) runs in well under a minute there and is what
+# CI runs.
+# Last line: "memory_flat: N passed, N failed"; exit status 1 if anything failed.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=soak/cluster.sh
+. "$ROOT/test/soak/cluster.sh"
+
+CALLS="${1:-${MEMFLAT_CALLS:-100000}}"
+WAIT_CALLS="${MEMFLAT_WAIT_CALLS:-3000}"
+WARM="${MEMFLAT_WARM:-2000}"
+LIMIT="${MEMFLAT_LIMIT:-1048576}"
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
+finish() {
+    local rc=$?
+    trap - EXIT
+    if (( FAILED > 0 )) && [[ -f "${CL_LOG:-}" ]]; then
+        echo "--- server log (tail) ---"; tail -n 20 "$CL_LOG"
+    fi
+    cluster_cleanup
+    (( rc != 0 && FAILED == 0 )) && FAILED=1
+    echo "memory_flat: $PASSED passed, $FAILED failed"
+    (( FAILED == 0 )) && exit 0 || exit 1
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
+
+cluster_init memflat <<'EOF'
+max_locks_per_transaction = 256
+autovacuum = off
+shared_buffers = 256MB
+EOF
+cluster_start || { fail "server did not start"; exit 1; }
+
+psql_cl >/dev/null <<'SQL' || { fail "fixture"; exit 1; }
+CREATE EXTENSION pg_claim;
+SELECT claim.create_queue('m_enq');
+SELECT claim.create_queue('m_claim', lease => '1 hour');
+SELECT claim.create_queue('m_wait');
+SELECT claim.create_queue('m_trig');
+SELECT claim.create_queue('m_group', lease => '1 hour');
+CREATE TABLE m_rows (id bigint PRIMARY KEY, grp text, note text);
+CREATE TRIGGER m_rows_enqueue AFTER INSERT ON m_rows
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('m_trig', 'grp');
+CREATE TABLE m_tokens (n int PRIMARY KEY, token bigint NOT NULL);
+CREATE TABLE m_results (label text PRIMARY KEY, calls int, before_bytes bigint, after_bytes bigint,
+                        grown bigint, seconds numeric, top_growth text);
+
+-- sum of the backend's memory contexts, and per context name
+CREATE FUNCTION m_mem(OUT total bigint, OUT per_name jsonb) LANGUAGE sql AS $$
+    SELECT sum(b)::bigint, jsonb_object_agg(name, b)
+    FROM (SELECT name, sum(total_bytes) AS b FROM pg_backend_memory_contexts GROUP BY name) s
+$$;
+
+-- the context names that grew most between two m_mem() snapshots
+CREATE FUNCTION m_growth(a jsonb, b jsonb) RETURNS text LANGUAGE sql AS $$
+    SELECT coalesce(string_agg(format('%s %s', k, d), ', ' ORDER BY d DESC), '')
+    FROM (SELECT k, (b->>k)::bigint - coalesce((a->>k)::bigint, 0) AS d
+          FROM jsonb_object_keys(b) AS k) s
+    WHERE d <> 0 AND k IN (SELECT k FROM (SELECT k, (b->>k)::bigint - coalesce((a->>k)::bigint, 0) AS d2
+                                           FROM jsonb_object_keys(b) AS k) t ORDER BY abs(d2) DESC LIMIT 5)
+$$;
+SQL
+
+# define_case LABEL STATEMENTS: a procedure mf_LABEL(warm, calls) whose loop body
+# is STATEMENTS (PL/pgSQL, may use i int and t bigint).
+define_case() {
+    local label=$1 body=$2
+    psql_cl >/dev/null <<SQL
+CREATE PROCEDURE mf_$label(warm int, calls int) LANGUAGE plpgsql AS \$proc\$
+DECLARE
+    i int;
+    t bigint;
+    m0 bigint; m1 bigint; j0 jsonb; j1 jsonb;
+    t0 timestamptz;
+BEGIN
+    FOR i IN 1..warm LOOP
+        $body
+        IF i % 1000 = 0 THEN COMMIT; END IF;
+    END LOOP;
+    COMMIT;
+    SELECT total, per_name INTO m0, j0 FROM m_mem();
+    t0 := clock_timestamp();
+    FOR i IN warm + 1..warm + calls LOOP
+        $body
+        IF i % 1000 = 0 THEN COMMIT; END IF;
+    END LOOP;
+    COMMIT;
+    SELECT total, per_name INTO m1, j1 FROM m_mem();
+    INSERT INTO m_results VALUES ('$label', calls, m0, m1, m1 - m0,
+        round(extract(epoch FROM clock_timestamp() - t0)::numeric, 1), m_growth(j0, j1));
+    COMMIT;
+END
+\$proc\$;
+SQL
+}
+
+# run_case LABEL CALLS [SETUP-SQL]: SETUP in its own session, then the case in a fresh backend
+run_case() {
+    local label=$1 calls=$2 setup=${3:-}
+    if [[ -n "$setup" ]]; then
+        psql_cl -c "$setup" >/dev/null || { fail "$label: setup failed"; return; }
+    fi
+    if ! psql_cl -c "CALL mf_$label($WARM, $calls)" >/dev/null; then
+        fail "$label: the loop failed"; return
+    fi
+    local row
+    row=$(psql_cl -tA -F ' | ' -c "SELECT calls, grown, seconds, top_growth FROM m_results WHERE label = '$label'")
+    local grown
+    grown=$(cut -d'|' -f2 <<<"$row" | tr -d ' ')
+    if [[ -n "$grown" ]] && (( grown < LIMIT )); then
+        pass "$label: $calls calls, memory contexts grew by $grown bytes ($(cut -d'|' -f3 <<<"$row" | tr -d ' ') s)"
+    else
+        fail "$label: $calls calls, memory contexts grew by ${grown:-?} bytes (limit $LIMIT): $(cut -d'|' -f4- <<<"$row")"
+    fi
+}
+
+define_case baseline "PERFORM i;"
+define_case enqueue "PERFORM claim.enqueue('m_enq', '{\"a\": 1}');"
+define_case claim_next "PERFORM claim.claim_next('m_claim');"
+define_case complete "PERFORM claim.complete((SELECT token FROM m_tokens WHERE n = i));"
+define_case claim_wait "PERFORM claim.claim_next('m_wait', wait => '1 millisecond');"
+define_case lease "t := claim.lease_acquire('m:' || (i % 100), '1 minute'); PERFORM claim.lease_release('m:' || (i % 100), t);"
+define_case once "PERFORM claim.once('m:' || i);"
+define_case trigger "INSERT INTO m_rows VALUES (i, 'g' || (i % 10), 'row');"
+define_case group_claim "SELECT token INTO t FROM claim.group_claim('m_group', 10) LIMIT 1; PERFORM claim.complete(t);"
+
+TOTAL=$((WARM + CALLS))
+T0=$SECONDS
+echo "memory flat: $CALLS calls per case after $WARM warm-up calls ($WAIT_CALLS for the waiting claim); limit $LIMIT bytes"
+run_case baseline "$CALLS"
+run_case enqueue "$CALLS"
+run_case claim_next "$CALLS" \
+    "SELECT claim.enqueue_batch('m_claim', array_agg('{}'::jsonb)) FROM generate_series(1, $TOTAL)"
+run_case complete "$CALLS" \
+    "INSERT INTO m_tokens SELECT row_number() OVER (ORDER BY token), token FROM claim.claims c JOIN claim.queues q USING (queue_id) WHERE q.name = 'm_claim'"
+run_case claim_wait "$WAIT_CALLS"
+run_case lease "$CALLS"
+run_case once "$CALLS"
+run_case trigger "$CALLS"
+run_case group_claim "$((CALLS / 10))" \
+    "SELECT claim.enqueue_batch('m_group', array_agg('{}'::jsonb), array_agg('g' || (n / 10))) FROM generate_series(0, $((TOTAL + 10 * WARM)) ) AS n"
+echo "all cases in $((SECONDS - T0))s"
+# the loops did their work
+work=$(psql_cl -tA -c "
+    SELECT (SELECT count(*) FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'm_enq') = $TOTAL
+       AND (SELECT count(*) FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'm_claim') = 0
+       AND (SELECT count(*) FROM claim.once_keys WHERE key LIKE 'm:%') = $TOTAL
+       AND (SELECT count(*) FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'm_trig') = $TOTAL
+       AND (SELECT count(*) FROM claim.leases) = 0")
+if [[ "$work" == t ]]; then
+    pass "the loops did their work: $TOTAL items enqueued, claimed and completed, once keys, trigger items; no lease left"
+else
+    fail "the loops did not do all their work"
+fi
+psql_cl -c "SELECT label, calls, before_bytes, after_bytes, grown, seconds FROM m_results ORDER BY label"
+exit 0
