@@ -633,13 +633,20 @@ SKIP:
 	{
 		next unless $p =~ /pg_claim--[^-]+--[^-]+\.sql$/;
 		my $text = slurp_file($p);
-		$names{ lc $1 } = 1 for $text =~
+		$names{ lc $_ } = 1 for $text =~
 		  /\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:UNLOGGED\s+)?(?:TABLE|VIEW|SEQUENCE|TYPE)\s+claim\.(\w+)/gi;
-		$functions{ lc $1 } = 1 for $text =~
+		$functions{ lc $_ } = 1 for $text =~
 		  /\bCREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+claim\.(\w+)/gi;
 	}
 	# relations of those names, and functions of those names without
-	# arguments (the same signature as the extension's where it has none)
+	# arguments (the same signature as the extension's where it has none),
+	# where the old version has nothing of that name
+	my %old = map { $_ => 1 } split ' ', clean('upgraded2', q{
+		SELECT string_agg(relname, ' ') FROM pg_class WHERE relnamespace = 'claim'::regnamespace
+		UNION ALL SELECT string_agg(typname, ' ') FROM pg_type WHERE typnamespace = 'claim'::regnamespace
+		UNION ALL SELECT string_agg(proname, ' ') FROM pg_proc WHERE pronamespace = 'claim'::regnamespace});
+	delete @names{ keys %old };
+	delete @functions{ keys %old };
 	my $plant = join '', map {
 		"CREATE VIEW claim.$_ AS SELECT * FROM spy.rel_hit('claim.$_') AS t(id bigint);\n"
 	} sort keys %names;
