@@ -182,7 +182,12 @@ class Worker extends EventEmitter {
         backoff = 250;
       } catch (err) {
         this._state = 'backoff';
-        if (done.length) this._completeEach(done);
+        if (done.length) {
+          // Nothing was completed or claimed: complete one by one, which
+          // sorts the stale tokens from the live ones.
+          this._completeEach(done);
+          if (isStale(err)) continue;
+        }
         const stoppingCancel = this._stopping && err && err.code === '57014';
         if (!stoppingCancel) {
           this.logger.error(`claim_next on queue ${this.queue} failed: ${errorText(err)}`);
@@ -198,7 +203,7 @@ class Worker extends EventEmitter {
         continue;
       }
       this._state = 'idle';
-      for (const job of done) this._settled(job, 'completed');
+      for (const state of done) this._settled(state, 'completed');
       if (this._stopping) {
         // Claimed after stop() was called: give them back unstarted.
         for (const row of rows) this._releaseUnstarted(row);
@@ -210,10 +215,12 @@ class Worker extends EventEmitter {
   }
 
   async _claim(n, done) {
-    const params = [this.queue, n, this.lease, this.wait, this.workerName];
+    // A claim that completes tokens does not wait: its completions commit
+    // when the statement ends, and an empty queue must not hold them back.
+    const params = [this.queue, n, this.lease, done.length ? '0' : this.wait, this.workerName];
     let call = 'claim.claim_next(queue => $1::text, n => $2::int, lease => $3::interval, wait => $4::interval, worker => $5::text';
     if (done.length) {
-      params.push(done.map((job) => job.token));
+      params.push(done.map((state) => state.job.token));
       call += ', done => $6::bigint[]';
     }
     call += ')';
