@@ -288,6 +288,75 @@ SELECT pg_temp.try($$SELECT claim.guard_result('never-used')$$);
 SELECT pg_temp.try(format('SELECT claim.guard_finish(%L, %s, %L)', 'gk', pg_temp.v('guard'), '{"r": 1}'));
 SELECT pg_temp.try($$SELECT claim.guard_result('gk')$$);
 
+-- ================================================================ retain, alter_queue, pause, resume
+SELECT pg_temp.try($$SELECT claim.create_queue('c2', retain => NULL)$$);
+SELECT pg_temp.try($$SELECT claim.create_queue('c2', retain => '-1 second')$$);
+SELECT pg_temp.try($$SELECT claim.create_queue('c2', retain => '178000000 years')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue(NULL)$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('nope', lease => '1 minute')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue(E'q''\x01', lease => '1 minute')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', lease => '0')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', lease => '8 days')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', max_attempts => 0)$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', max_attempts => 1000001)$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', backoff => '-1 second')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', retain => '-1 second')$$);
+SELECT pg_temp.try($$SELECT claim.alter_queue('q', retain => '178000000 years')$$);
+-- none of these changed queue q
+SELECT name, lease, max_attempts, backoff FROM claim.queues WHERE name = 'q';
+SELECT pg_temp.try($$SELECT claim.pause(NULL)$$);
+SELECT pg_temp.try($$SELECT claim.pause('')$$);
+SELECT pg_temp.try($$SELECT claim.pause('nope')$$);
+SELECT pg_temp.try($$SELECT claim.pause(repeat('ü', 100000))$$);
+SELECT pg_temp.try($$SELECT claim.resume(NULL)$$);
+SELECT pg_temp.try($$SELECT claim.resume('nope')$$);
+-- resuming a queue that is not paused, pausing twice
+SELECT pg_temp.try($$SELECT claim.resume('q')$$);
+SELECT pg_temp.try($$SELECT claim.pause('q')$$);
+SELECT pg_temp.try($$SELECT claim.pause('q')$$);
+SELECT pg_temp.try($$SELECT claim.resume('q')$$);
+
+-- ================================================================ cancel
+SELECT pg_temp.try($$SELECT claim.cancel(NULL, ARRAY[1]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel('q', NULL)$$);
+SELECT pg_temp.try($$SELECT claim.cancel('nope', ARRAY[1]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[[1], [2]]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[-1, 0, 9223372036854775807]::bigint[])$$);
+
+-- ================================================================ item_state
+SELECT pg_temp.try($$SELECT claim.item_state(NULL, 1)$$);
+SELECT pg_temp.try($$SELECT claim.item_state('q', NULL)$$);
+SELECT pg_temp.try($$SELECT claim.item_state('q', 1, wait => NULL)$$);
+SELECT pg_temp.try($$SELECT claim.item_state('nope', 1)$$);
+SELECT pg_temp.try($$SELECT claim.item_state('', 1)$$);
+SELECT pg_temp.try($$SELECT (claim.item_state('q', -1)).state$$);
+SELECT pg_temp.try($$SELECT (claim.item_state('q', 9223372036854775807)).state$$);
+SELECT pg_temp.try($$SELECT claim.item_state('q', 1, wait => '-1 second')$$);
+SELECT pg_temp.try($$SELECT claim.item_state('q', 1, wait => '1 hour 1 second')$$);
+SELECT pg_temp.try($$SELECT claim.item_state('q', 1, wait => '178000000 years')$$);
+
+-- ================================================================ results, done, after
+SELECT pg_temp.try($$SELECT claim.complete(NULL::bigint, '{}'::jsonb)$$);
+SELECT pg_temp.try($$SELECT claim.complete(0::bigint, '{}'::jsonb)$$);
+SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0]::bigint[], false, ARRAY['{}', '{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0]::bigint[], false, ARRAY[['{}']]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0, 0]::bigint[], true, ARRAY['{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[[1], [2]]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[0]::bigint[])$$);
+SELECT pg_temp.try(format('SELECT claim.claim_next(%L, done => ARRAY[%s]::bigint[])', 'q', pg_temp.v('lease')));
+SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[[1], [2]]::bigint[])$$);
+-- an unknown parent holds nothing back
+SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[-1]::bigint[]) > 0$$);
+SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[]::bigint[]) > 0$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY['{}']::jsonb[], after => ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY['{}']::jsonb[], after => ARRAY[[1]]::bigint[])$$);
+
 -- ================================================================ enqueue_trigger
 SELECT pg_temp.try($$SELECT claim.enqueue_trigger()$$);
 CREATE TABLE bad_trg (id int PRIMARY KEY, g text);
