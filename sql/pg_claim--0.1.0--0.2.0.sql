@@ -16,3 +16,219 @@
 -- feature_not_supported, for a 0.1.0 catalog not yet updated.
 -- ---------------------------------------------------------------------------
 DROP FUNCTION claim._lock_item(bigint);
+
+-- ===========================================================================
+-- Job lifecycle: results and retention, item_state, cancel, pause,
+-- dependencies, the one-statement worker loop.
+-- ===========================================================================
+
+-- Per-queue settings: how long finished items are kept (0: not kept), and
+-- whether claiming is paused.
+ALTER TABLE claim.queues
+    ADD COLUMN retain interval NOT NULL DEFAULT '0',
+    ADD COLUMN paused boolean NOT NULL DEFAULT false;
+
+-- A third item state: 'w', waiting for the items listed in its `after`.
+ALTER TABLE claim.items DROP CONSTRAINT items_state_check;
+ALTER TABLE claim.items ADD CONSTRAINT items_state_check CHECK (state IN ('r', 'd', 'w'));
+
+-- Dependencies of waiting items: one row per (child, unfinished parent).
+-- A row is removed when its parent completes; the child becomes ready (or
+-- scheduled) when its last row goes. A parent that ends dead or cancelled
+-- ends its waiting children the same way.
+CREATE TABLE claim.item_parents (
+    parent_id  bigint NOT NULL,
+    child_id   bigint NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX item_parents_child ON claim.item_parents (child_id);
+
+-- Finished items of queues with retain > 0: completed and cancelled items
+-- (dead items stay in claim.items, where redrive finds them). The history is
+-- a ring of four partitions: finished items go to the current slot, and the
+-- background worker moves the ring on by truncating the oldest partition once
+-- everything in it is past every queue's retention. Removing history
+-- therefore leaves no dead tuples for vacuum; the price is that a row can
+-- outlive its retention by up to one slot period (the longest retain / 2)
+-- before its partition is truncated. Reads filter on the retention, so an
+-- expired row is never shown.
+CREATE TABLE claim.finished (
+    slot         smallint NOT NULL,
+    queue_id     integer NOT NULL,
+    id           bigint NOT NULL,
+    group_key    text COLLATE "C",
+    payload      jsonb NOT NULL,
+    state        "char" NOT NULL,
+    result       jsonb,
+    error        text,
+    attempts     integer NOT NULL,
+    enqueued_at  timestamptz NOT NULL,
+    finished_at  timestamptz NOT NULL,
+    CONSTRAINT finished_state_check CHECK (state IN ('c', 'x'))
+) PARTITION BY LIST (slot);
+CREATE TABLE claim.finished_0 PARTITION OF claim.finished FOR VALUES IN (0);
+CREATE TABLE claim.finished_1 PARTITION OF claim.finished FOR VALUES IN (1);
+CREATE TABLE claim.finished_2 PARTITION OF claim.finished FOR VALUES IN (2);
+CREATE TABLE claim.finished_3 PARTITION OF claim.finished FOR VALUES IN (3);
+CREATE INDEX finished_id ON claim.finished (id);
+
+-- The ring: which slot takes new rows, and since when each slot was written.
+CREATE TABLE claim.finished_ring (
+    slot       smallint PRIMARY KEY CHECK (slot BETWEEN 0 AND 3),
+    current    boolean NOT NULL,
+    opened_at  timestamptz,
+    closed_at  timestamptz
+);
+INSERT INTO claim.finished_ring (slot, current, opened_at)
+VALUES (0, true, pg_catalog.clock_timestamp()), (1, false, NULL), (2, false, NULL), (3, false, NULL);
+CREATE UNIQUE INDEX finished_ring_current ON claim.finished_ring (current) WHERE current;
+
+CREATE VIEW claim.finished_items AS
+SELECT q.name AS queue, f.id, f.group_key, f.payload,
+       CASE f.state WHEN 'c' THEN 'completed' ELSE 'cancelled' END AS state,
+       f.result, f.error, f.attempts, f.enqueued_at, f.finished_at
+FROM claim.finished f
+JOIN claim.queues q ON q.queue_id = f.queue_id
+WHERE f.finished_at OPERATOR(pg_catalog.+) q.retain > pg_catalog.clock_timestamp()
+UNION ALL
+SELECT q.name, i.id, i.group_key, i.payload, 'dead', NULL, i.last_error, i.failures,
+       i.enqueued_at, i.died_at
+FROM claim.items i
+JOIN claim.queues q ON q.queue_id = i.queue_id
+WHERE i.state = 'd';
+
+-- What claim.item_state returns.
+CREATE TYPE claim.item_status AS (
+    state        text,
+    attempt      integer,
+    result       jsonb,
+    error        text,
+    finished_at  timestamptz
+);
+
+-- complete takes the item's result; the array form takes one per token.
+-- The same C functions serve the 0.1.0 signatures, which this drops.
+DROP FUNCTION claim.complete(bigint);
+CREATE FUNCTION claim.complete(token bigint, result jsonb DEFAULT NULL)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_complete';
+
+DROP FUNCTION claim.complete(bigint[], boolean);
+CREATE FUNCTION claim.complete(tokens bigint[], skip_stale boolean DEFAULT false,
+                               results jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_complete_many';
+
+-- claim_next completes the tokens in `done` first (all or nothing): one
+-- statement per job for a worker loop.
+DROP FUNCTION claim.claim_next(text, integer, interval, interval, text);
+CREATE FUNCTION claim.claim_next(queue text,
+                                 n integer DEFAULT 1,
+                                 lease interval DEFAULT NULL,
+                                 wait interval DEFAULT '0',
+                                 worker text DEFAULT NULL,
+                                 done bigint[] DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1
+AS 'MODULE_PATHNAME', 'pgclaim_claim_next';
+
+-- enqueue and enqueue_batch take `after`: the item waits until every listed
+-- item has completed.
+DROP FUNCTION claim.enqueue(text, jsonb, text, timestamptz, integer, text);
+CREATE FUNCTION claim.enqueue(queue text,
+                              payload jsonb DEFAULT '{}',
+                              group_key text DEFAULT NULL,
+                              run_at timestamptz DEFAULT NULL,
+                              priority integer DEFAULT 0,
+                              dedup_key text DEFAULT NULL,
+                              after bigint[] DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue';
+
+DROP FUNCTION claim.enqueue_batch(text, jsonb[], text[], timestamptz, integer);
+CREATE FUNCTION claim.enqueue_batch(queue text,
+                                    payloads jsonb[],
+                                    group_keys text[] DEFAULT NULL,
+                                    run_at timestamptz DEFAULT NULL,
+                                    priority integer DEFAULT 0,
+                                    after bigint[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue_batch';
+
+DROP FUNCTION claim.create_queue(text, interval, integer, interval);
+CREATE FUNCTION claim.create_queue(queue text,
+                                   lease interval DEFAULT '30 seconds',
+                                   max_attempts integer DEFAULT 5,
+                                   backoff interval DEFAULT '1 second',
+                                   retain interval DEFAULT '0')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_create_queue';
+
+-- Changes a queue's settings; a NULL argument leaves that setting as it is.
+CREATE FUNCTION claim.alter_queue(queue text,
+                                  lease interval DEFAULT NULL,
+                                  max_attempts integer DEFAULT NULL,
+                                  backoff interval DEFAULT NULL,
+                                  retain interval DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_alter_queue';
+
+CREATE FUNCTION claim.pause(queue text)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_pause';
+
+CREATE FUNCTION claim.resume(queue text)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_resume';
+
+CREATE FUNCTION claim.cancel(queue text, ids bigint[])
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_cancel';
+
+CREATE FUNCTION claim.item_state(queue text, id bigint, wait interval DEFAULT '0')
+RETURNS claim.item_status
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_item_state';
+
+-- queue_stats gains the queue's paused flag and its waiting items.
+DROP VIEW claim.queue_stats;
+CREATE VIEW claim.queue_stats AS
+SELECT q.name AS queue,
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NULL
+                          AND (c.item_id IS NULL OR c.lease_until <= pg_catalog.clock_timestamp())) AS ready,
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NOT NULL) AS scheduled,
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NULL
+                          AND c.lease_until > pg_catalog.clock_timestamp()) AS claimed,
+       count(*) FILTER (WHERE i.state = 'd') AS dead,
+       pg_catalog.clock_timestamp() - min(i.enqueued_at) FILTER (
+           WHERE i.state = 'r' AND i.run_at IS NULL
+             AND (c.item_id IS NULL OR c.lease_until <= pg_catalog.clock_timestamp())) AS oldest_ready_age,
+       count(*) FILTER (WHERE i.state = 'w') AS waiting,
+       q.paused
+FROM claim.queues q
+LEFT JOIN claim.items i ON i.queue_id = q.queue_id
+LEFT JOIN claim.claims c ON c.item_id = i.id
+GROUP BY q.queue_id, q.name, q.paused;
+
+REVOKE ALL ON claim.item_parents, claim.finished, claim.finished_0, claim.finished_1,
+              claim.finished_2, claim.finished_3, claim.finished_ring FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.pause(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.resume(text) FROM PUBLIC;

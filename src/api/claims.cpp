@@ -1,6 +1,6 @@
 // SQL surface: workers.
-//   claim.claim_next, claim.complete, claim.fail, claim.extend,
-//   claim.release, claim.assert_token
+//   claim.claim_next, claim.fail, claim.extend, claim.release,
+//   claim.assert_token (claim.complete: completion.cpp)
 //
 // Concurrency model (README, "How claiming works"):
 //  * an item is claimed when claim.claims holds a row for it with a lease in
@@ -14,8 +14,11 @@
 #include <algorithm>
 
 #include "api/hints.hpp"
+#include "api/arrays.hpp"
+#include "api/completion.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
+#include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 
 extern "C" {
@@ -73,9 +76,6 @@ Stmt s_release = {
     "WHERE token = $1 AND lease_until > $2 RETURNING queue_id",
     2, {INT8OID, TIMESTAMPTZOID}, nullptr};
 
-Stmt s_live_count = {
-    "SELECT count(*)::int4, max(lease_until) FROM claim.claims WHERE token = $1", 1, {INT8OID},
-    nullptr};
 Stmt s_live_count_at = {
     "SELECT count(*)::int4 FROM claim.claims WHERE token = $1 AND lease_until > $2", 2,
     {INT8OID, TIMESTAMPTZOID}, nullptr};
@@ -118,20 +118,6 @@ int lock_token_items(int64 token) {
     for (uint64 i = 0; i < n; ++i) ids[i] = pg::col_int64(i, 1);
     for (uint64 i = 0; i < n; ++i) pg::lock_item(ids[i], true);
     return (int)n;
-}
-
-// Why a token is refused, for the error detail.
-[[noreturn]] void refuse(int64 token) {
-    Datum v[1] = {Int64GetDatum(token)};
-    pg::run(s_live_count, v, nullptr);
-    if (pg::col_int32(0, 1) == 0)
-        api::stale_token(token, "No claim carries this token: it is unknown, or its item was "
-                                "completed, failed, re-claimed or dropped.");
-    bool isnull;
-    TimestampTz until = DatumGetTimestampTz(pg::col(0, 2, &isnull));
-    api::stale_token(token, until == DT_NOBEGIN
-                                ? "The claim was released."
-                                : psprintf("The lease expired at %s.", timestamptz_to_str(until)));
 }
 
 int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
@@ -276,135 +262,37 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
 
+    // done: complete these first, all or nothing (one statement per job).
+    if (PG_NARGS() > 5 && !PG_ARGISNULL(5)) {
+        int ndone;
+        int64 *done_tokens = api::int8_arg_sorted(fcinfo, 5, "done", &ndone);
+        if (ndone > 0) {
+            bool *ok = (bool *)palloc(sizeof(bool) * ndone);
+            api::complete_tokens(done_tokens, ndone, nullptr, nullptr, ok);
+            for (int i = 0; i < ndone; ++i)
+                if (!ok[i])
+                    api::stale_tokens(done_tokens, ok, ndone,
+                                      "Nothing was completed and nothing was claimed. Drop the "
+                                      "stale tokens (their items are delivered again) and call "
+                                      "again.");
+        }
+    }
+
     SPI_connect();
     api::QueueInfo q = api::lookup_queue_cached(name);
     if (lease_us < 0) lease_us = q.lease_us;
     api::before_tokens();
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {
-        if (claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0) break;
+        // A paused queue hands out nothing; its resume wakes the waiters.
+        if (q.paused) q = api::lookup_queue(name);
+        if (!q.paused &&
+            claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0)
+            break;
         if (!api::wait_for_items(q.queue_id, deadline)) break;
     }
     SPI_finish();
     return (Datum)0;
-}
-
-namespace {
-
-struct ItemToken {
-    int64 item;
-    int tok;  // index into the token array
-};
-
-// Complete the items held under `tokens` (ascending, no duplicates): find
-// their claim rows, lock the items in id order (so completers never
-// deadlock), then check each claim row again under the lock: a claimer that
-// held the lock meanwhile may have changed it. done[i] tells whether token i
-// completed anything; returns the number of items completed.
-int complete_tokens(const int64 *tokens, int ntok, bool *done) {
-    TimestampTz now = pg::clock_now();
-    direct::Tables *t = direct::open(direct::Mode::Complete);
-    Snapshot snap = direct::latest();
-    int npairs = 0, cap = ntok + 4;
-    ItemToken *pairs = (ItemToken *)palloc(sizeof(ItemToken) * cap);
-    for (int k = 0; k < ntok; ++k) {
-        done[k] = false;
-        int64 *ids;
-        int n = direct::items_with_token(t, tokens[k], snap, &ids);
-        for (int i = 0; i < n; ++i) {
-            if (npairs == cap) {
-                cap *= 2;
-                pairs = (ItemToken *)repalloc(pairs, sizeof(ItemToken) * cap);
-            }
-            pairs[npairs++] = ItemToken{ids[i], k};
-        }
-        pfree(ids);
-    }
-    direct::release(snap);
-    std::sort(pairs, pairs + npairs,
-              [](const ItemToken &a, const ItemToken &b) { return a.item < b.item; });
-    int completed = 0;
-    if (npairs > 0) {
-        for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
-        snap = direct::latest();
-        for (int i = 0; i < npairs; ++i) {
-            direct::ClaimRow c;
-            direct::ItemRow it;
-            if (direct::claim_of(t, pairs[i].item, snap, &c) && c.token == tokens[pairs[i].tok] &&
-                c.lease_until > now && direct::claim_delete(t, &c.tid) &&
-                direct::item_get(t, pairs[i].item, snap, &it) && direct::item_delete(t, &it.tid)) {
-                ++completed;
-                done[pairs[i].tok] = true;
-            }
-        }
-        direct::release(snap);
-    }
-    direct::close(t);
-    CommandCounterIncrement();
-    return completed;
-}
-
-}  // namespace
-
-PGCLAIM_FUNCTION(pgclaim_complete) {
-    pg::require_arg(fcinfo, 0, "token");
-    pg::require_primary("claim.complete");
-    int64 token = PG_GETARG_INT64(0);
-    bool done;
-    int n = complete_tokens(&token, 1, &done);
-    if (n == 0) {
-        SPI_connect();
-        refuse(token);
-    }
-    PG_RETURN_INT32(n);
-}
-
-// How many stale tokens the error of complete(tokens[]) lists.
-constexpr int kStaleTokensShown = 20;
-
-PGCLAIM_FUNCTION(pgclaim_complete_many) {
-    pg::require_arg(fcinfo, 0, "tokens");
-    pg::require_primary("claim.complete");
-    ArrayType *arr = PG_GETARG_ARRAYTYPE_P(0);
-    bool skip_stale = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-    if (ARR_NDIM(arr) > 1)
-        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "tokens must be a one-dimensional array");
-    if (array_contains_nulls(arr))
-        pg::error({ERRCODE_NULL_VALUE_NOT_ALLOWED}, "tokens must not contain NULL elements");
-    if (ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr)) == 0) PG_RETURN_INT32(0);
-
-    Datum *elems;
-    int nelems;
-    deconstruct_array(arr, INT8OID, 8, true, TYPALIGN_DOUBLE, &elems, NULL, &nelems);
-    int64 *tokens = (int64 *)palloc(sizeof(int64) * nelems);
-    for (int i = 0; i < nelems; ++i) tokens[i] = DatumGetInt64(elems[i]);
-    std::sort(tokens, tokens + nelems);
-    int ntok = (int)(std::unique(tokens, tokens + nelems) - tokens);
-    bool *done = (bool *)palloc(sizeof(bool) * ntok);
-    int32 completed = complete_tokens(tokens, ntok, done);
-
-    int nstale = 0;
-    for (int i = 0; i < ntok; ++i)
-        if (!done[i]) ++nstale;
-    if (nstale > 0 && !skip_stale) {
-        StringInfoData list;
-        initStringInfo(&list);
-        int shown = 0;
-        for (int i = 0; i < ntok && shown < kStaleTokensShown; ++i) {
-            if (done[i]) continue;
-            appendStringInfo(&list, "%s%lld", shown ? ", " : "", (long long)tokens[i]);
-            ++shown;
-        }
-        pg::error({pg::kStaleToken,
-                   "Nothing was completed. Pass skip_stale => true to complete the live ones and "
-                   "skip the rest.",
-                   psprintf("Stale tokens%s: %s",
-                            nstale > kStaleTokensShown ? psprintf(" (first %d)", kStaleTokensShown)
-                                                       : "",
-                            list.data)},
-                  "%d of the tokens %s not a live claim", nstale, nstale == 1 ? "is" : "are");
-    }
-    PG_RETURN_INT32(completed);
 }
 
 PGCLAIM_FUNCTION(pgclaim_fail) {
@@ -436,7 +324,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
         delays[i] = retry_us >= 0 ? retry_us : backoff_delay_us(backoff, attempt);
         if (delays[i] == 0 && !dead[i]) at_once = true;
     }
-    if (!live) refuse(token);
+    if (!live) api::refuse_token(token);
     Datum fv[6] = {Int64GetDatum(token),
                    pg::int8_array(ids, (int)n),
                    pg::int8_array(delays, (int)n),
@@ -454,6 +342,15 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
             break;
         }
     }
+    // Items that died end their waiting children, and wake item_state.
+    int ndead = 0;
+    for (uint64 i = 0; i < n; ++i)
+        if (dead[i]) ids[ndead++] = ids[i];
+    if (done > 0 && ndead > 0) {
+        shmem::notify_finished(pg::col_int32(0, 1));
+        pg::free_result();
+        pg::end_descendants(ids, ndead, 'd', now);
+    }
     SPI_finish();
     PG_RETURN_INT32((int32)done);
 }
@@ -468,7 +365,7 @@ PGCLAIM_FUNCTION(pgclaim_extend) {
     Datum v[3] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now()),
                   PG_ARGISNULL(1) ? (Datum)0 : PG_GETARG_DATUM(1)};
     char nulls[4] = {' ', ' ', PG_ARGISNULL(1) ? 'n' : ' ', '\0'};
-    if (pg::run(s_extend, v, nulls) == 0) refuse(token);
+    if (pg::run(s_extend, v, nulls) == 0) api::refuse_token(token);
     bool isnull;
     TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
     SPI_finish();
@@ -483,7 +380,7 @@ PGCLAIM_FUNCTION(pgclaim_release) {
     lock_token_items(token);
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     uint64 n = pg::run(s_release, v, nullptr);
-    if (n == 0) refuse(token);
+    if (n == 0) api::refuse_token(token);
     shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 1), (int64)n);
     // The item is ready again behind where scans start.
     api::forget_hints(pg::col_int32(0, 1));
@@ -501,7 +398,7 @@ PGCLAIM_FUNCTION(pgclaim_assert_token) {
     int held = lock_token_items(token);
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     pg::run(s_live_count_at, v, nullptr);
-    if (held == 0 || pg::col_int32(0, 1) != held) refuse(token);
+    if (held == 0 || pg::col_int32(0, 1) != held) api::refuse_token(token);
     SPI_finish();
     PG_RETURN_VOID();
 }

@@ -294,7 +294,9 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     a.rsinfo = rsinfo;
     TimestampTz deadline = pg::clock_now() + wait_us;
     for (;;) {
-        if (group_round(a, lease_us, named, gkey) > 0) break;
+        // A paused queue hands out nothing; its resume wakes the waiters.
+        if (q.paused) q = api::lookup_queue(name);
+        if (!q.paused && group_round(a, lease_us, named, gkey) > 0) break;
         if (!api::wait_for_items(q.queue_id, deadline)) break;
     }
     SPI_finish();

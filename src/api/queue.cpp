@@ -1,6 +1,8 @@
 // SQL surface: queue administration and producers.
 //   claim.create_queue, claim.drop_queue, claim.enqueue, claim.enqueue_batch,
 //   claim.redrive
+#include "api/arrays.hpp"
+#include "api/dependencies.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
 #include "shmem/wakeup.hpp"
@@ -11,9 +13,9 @@ using pgclaim::pg::Stmt;
 namespace {
 
 Stmt s_create = {
-    "INSERT INTO claim.queues (name, lease, max_attempts, backoff) VALUES ($1, $2, $3, $4) "
-    "ON CONFLICT (name) DO NOTHING RETURNING queue_id",
-    4, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID}, nullptr};
+    "INSERT INTO claim.queues (name, lease, max_attempts, backoff, retain) "
+    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+    5, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID}, nullptr};
 
 Stmt s_drop = {"DELETE FROM claim.queues WHERE name = $1 RETURNING queue_id", 1, {TEXTOID}, nullptr};
 Stmt s_drop_items = {"DELETE FROM claim.items WHERE queue_id = $1", 1, {INT4OID}, nullptr};
@@ -92,16 +94,24 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
     int64_t lease = pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");
     int32 max_attempts = PG_GETARG_INT32(2);
     int64_t backoff = pg::interval_us(PG_GETARG_INTERVAL_P(3), "backoff");
+    // retain: the catalog of 0.1.0 (not yet updated) passes four arguments.
+    bool has_retain = PG_NARGS() > 4;
+    if (has_retain) pg::require_arg(fcinfo, 4, "retain");
+    int64_t retain = has_retain ? pg::interval_us(PG_GETARG_INTERVAL_P(4), "retain") : 0;
     pg::pure([&] {
         check_queue_name(name);
         check_positive_duration("lease", lease, kMaxLeaseUs);
         check_range("max_attempts", max_attempts, 1, kMaxAttemptsLimit);
         check_nonnegative_duration("backoff", backoff, kMaxDelayUs);
+        check_nonnegative_duration("retain", retain, kMaxRetainUs);
     });
 
     SPI_connect();
-    Datum v[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), Int32GetDatum(max_attempts),
-                  PG_GETARG_DATUM(3)};
+    Datum v[5] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), Int32GetDatum(max_attempts),
+                  PG_GETARG_DATUM(3),
+                  has_retain ? PG_GETARG_DATUM(4)
+                             : DirectFunctionCall3(interval_in, CStringGetDatum("0"),
+                                                   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1))};
     if (pg::run(s_create, v, nullptr) == 0) {
         pg::error({ERRCODE_DUPLICATE_OBJECT}, "queue \"%s\" already exists", name);
     }
@@ -140,6 +150,38 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     char *name = pg::arg_cstring(fcinfo, 0);
     char run_at_null = ' ';
     Datum run_at = effective_run_at(fcinfo, 3, &run_at_null);
+
+    int nparents = 0;
+    int64 *parents = nullptr;
+    if (PG_NARGS() > 6 && !PG_ARGISNULL(6))
+        parents = api::int8_arg_sorted(fcinfo, 6, "after", &nparents);
+    if (nparents > 0) {
+        if (!PG_ARGISNULL(5))
+            pg::error({ERRCODE_INVALID_PARAMETER_VALUE,
+                       "Enqueue the item without dedup_key, or without after."},
+                      "dedup_key and after cannot be combined");
+        pg::direct::lock_items(false);
+        SPI_connect();
+        Datum one_payload = PG_GETARG_DATUM(1);
+        Datum one_key = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
+        bool key_null = PG_ARGISNULL(2);
+        int dims[1] = {1}, lbs[1] = {1};
+        api::NewItems items{PG_GETARG_DATUM(0),
+                            name,
+                            PG_GETARG_DATUM(4),
+                            run_at,
+                            run_at_null == 'n',
+                            PointerGetDatum(construct_array(&one_payload, 1, JSONBOID, -1, false,
+                                                            TYPALIGN_INT)),
+                            PointerGetDatum(construct_md_array(
+                                &one_key, &key_null, 1, dims, lbs, TEXTOID, -1,
+                                false, TYPALIGN_INT)),
+                            false};
+        int n;
+        int64 *ids = api::enqueue_after(items, parents, nparents, &n);
+        SPI_finish();
+        PG_RETURN_INT64(ids[0]);
+    }
 
     if (PG_ARGISNULL(5)) {
         // The common case has no SQL inside: the queue id from the
@@ -239,6 +281,22 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     nulls[4] = PG_ARGISNULL(2) ? 'n' : ' ';
 
     SPI_connect();
+    int nparents = 0;
+    int64 *parents = nullptr;
+    if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
+        parents = api::int8_arg_sorted(fcinfo, 5, "after", &nparents);
+    if (nparents > 0) {
+        api::NewItems items{v[0], name, v[1], v[2], nulls[2] == 'n', v[3], v[4], nulls[4] == 'n'};
+        int nids;
+        int64 *ids = api::enqueue_after(items, parents, nparents, &nids);
+        for (int i = 0; i < nids; ++i) {
+            Datum out[1] = {Int64GetDatum(ids[i])};
+            bool isnull[1] = {false};
+            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
+        }
+        SPI_finish();
+        return (Datum)0;
+    }
     uint64 n = pg::run(s_enqueue_batch, v, nulls);
     if (n == 0) require_queue_exists(name);
     if (n > 0 && nulls[2] == 'n')

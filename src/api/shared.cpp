@@ -5,6 +5,7 @@
 #include "api/hints.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
+#include "pg/lineage.hpp"
 #include "core/error.hpp"
 #include "shmem/wakeup.hpp"
 
@@ -18,18 +19,24 @@ namespace pgclaim::api {
 
 namespace {
 pg::Stmt s_lookup = {
-    "SELECT queue_id, lease, max_attempts FROM claim.queues WHERE name = $1", 1, {TEXTOID},
-    nullptr};
-}
+    "SELECT queue_id, lease, max_attempts, paused FROM claim.queues WHERE name = $1", 1,
+    {TEXTOID}, nullptr};
+// A 0.1.0 catalog not yet updated has no paused column.
+pg::Stmt s_lookup_v1 = {
+    "SELECT queue_id, lease, max_attempts, false FROM claim.queues WHERE name = $1", 1,
+    {TEXTOID}, nullptr};
+}  // namespace
 
 QueueInfo lookup_queue(const char *name) {
     Datum v[1] = {CStringGetTextDatum(name)};
-    if (pg::run(s_lookup, v, nullptr) == 0) unknown_queue(name);
+    if (pg::run(pg::lifecycle_catalog() ? s_lookup : s_lookup_v1, v, nullptr) == 0)
+        unknown_queue(name);
     bool isnull;
     QueueInfo q;
     q.queue_id = pg::col_int32(0, 1);
     q.lease_us = pg::interval_us(DatumGetIntervalP(pg::col(0, 2, &isnull)), "lease");
     q.max_attempts = pg::col_int32(0, 3);
+    q.paused = DatumGetBool(pg::col(0, 4, &isnull));
     return q;
 }
 
@@ -48,18 +55,19 @@ void register_xact_callbacks();
 QueueInfo lookup_queue_cached(const char *name) {
     sync_caches();
     int64 now = pg::clock_now();
+    uint64 epoch = shmem::queue_changes();
     bool hit = false;
-    QueueDef def = {0, 0, 0};
+    QueueDef def = {0, 0, 0, false};
     pg::pure([&] {
-        if (auto d = queue_cache().get(name, now)) {
+        if (auto d = queue_cache().get(name, now, epoch)) {
             def = *d;
             hit = true;
         }
     });
-    if (hit) return QueueInfo{def.queue_id, def.lease_us, def.max_attempts};
+    if (hit) return QueueInfo{def.queue_id, def.lease_us, def.max_attempts, def.paused};
     QueueInfo q = lookup_queue(name);
-    def = QueueDef{q.queue_id, q.lease_us, q.max_attempts};
-    pg::pure([&] { queue_cache().put(name, def, now); });
+    def = QueueDef{q.queue_id, q.lease_us, q.max_attempts, q.paused};
+    pg::pure([&] { queue_cache().put(name, def, now, epoch); });
     return q;
 }
 

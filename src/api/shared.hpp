@@ -16,12 +16,14 @@ struct QueueInfo {
     int32 queue_id;
     int64_t lease_us;
     int32 max_attempts;
+    bool paused;
 };
 
 // Looks the queue up by name (SPI must be connected); 42704 if unknown.
 QueueInfo lookup_queue(const char *name);
 // The same through the backend's queue cache (core/queue_cache.hpp): for
-// the hot path of workers.
+// the hot path of workers. An entry holds until a queue is altered,
+// paused or resumed anywhere (shmem::queue_changes), at most kTtlUs.
 QueueInfo lookup_queue_cached(const char *name);
 void forget_queues();
 

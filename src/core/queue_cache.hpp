@@ -1,10 +1,13 @@
 // Pure layer: never includes postgres.h.
 //
 // A backend's cache of queue definitions for the hot path (claim_next).
-// Queues cannot be altered, only dropped and created again, so an entry is
-// right until its queue is dropped; entries live kTtlUs so that a drop in
-// another session is noticed within that time (until then, claims on the
-// dropped queue find nothing). A drop in this session clears the cache.
+// An entry is right until its queue is altered, paused, resumed or dropped.
+// `epoch` counts the changes cluster-wide (alter_queue, pause, resume; 0
+// when there is no such count): an entry made under another epoch is not
+// used. Entries also live at most kTtlUs, so that a drop in another session
+// is noticed within that time (until then, claims on the dropped queue find
+// nothing), and so do changes without a count. A change in this session
+// clears the cache.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@ struct QueueDef {
     int32_t queue_id;
     int64_t lease_us;
     int32_t max_attempts;
+    bool paused;
 };
 
 class QueueCache {
@@ -26,15 +30,16 @@ public:
     static constexpr int64_t kTtlUs = 1'000'000;
     static constexpr size_t kMaxEntries = 1024;
 
-    std::optional<QueueDef> get(std::string_view name, int64_t now_us) const {
+    std::optional<QueueDef> get(std::string_view name, int64_t now_us, uint64_t epoch = 0) const {
         auto it = map_.find(std::string(name));
         if (it == map_.end()) return std::nullopt;
         if (now_us < it->second.at_us || now_us - it->second.at_us >= kTtlUs) return std::nullopt;
+        if (it->second.epoch != epoch) return std::nullopt;
         return it->second.def;
     }
-    void put(std::string_view name, const QueueDef &def, int64_t now_us) {
+    void put(std::string_view name, const QueueDef &def, int64_t now_us, uint64_t epoch = 0) {
         if (map_.size() >= kMaxEntries) map_.clear();
-        map_[std::string(name)] = Entry{def, now_us};
+        map_[std::string(name)] = Entry{def, now_us, epoch};
     }
     void clear() { map_.clear(); }
 
@@ -42,6 +47,7 @@ private:
     struct Entry {
         QueueDef def;
         int64_t at_us;
+        uint64_t epoch;
     };
     std::unordered_map<std::string, Entry> map_;
 };

@@ -18,6 +18,7 @@ inline constexpr int64_t kUsecPerSec = 1000000;
 inline constexpr int64_t kMaxLeaseUs = 7 * 24 * 3600 * kUsecPerSec;  // 7 days
 inline constexpr int64_t kMaxDelayUs = 366 * 24 * 3600 * kUsecPerSec; // backoff / retry_in
 inline constexpr int64_t kMaxWaitUs = 3600 * kUsecPerSec;            // 1 hour
+inline constexpr int64_t kMaxRetainUs = 3650LL * 24 * 3600 * kUsecPerSec;  // retain: 10 years
 inline constexpr int64_t kMaxBackoffUs = 24 * 3600 * kUsecPerSec;    // cap of the growing backoff
 
 // Queue names follow identifier rules: 1-63 bytes, first character a letter

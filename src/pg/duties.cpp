@@ -1,5 +1,6 @@
 // The duties shared by claimers and the worker; see duties.hpp.
 #include "pg/duties.hpp"
+#include "pg/lineage.hpp"
 
 namespace pgclaim::pg {
 
@@ -41,7 +42,7 @@ Stmt s_kill_dead = {
     "           RETURNING c.item_id, c.attempt) "
     "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
     "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
-    "FROM c WHERE i.id = c.item_id AND i.state = 'r'",
+    "FROM c WHERE i.id = c.item_id AND i.state = 'r' RETURNING i.id",
     2, {INT8ARRAYOID, TIMESTAMPTZOID}, nullptr};
 
 }  // namespace
@@ -71,6 +72,13 @@ int64 kill_dead(const int64 *ids, int n, TimestampTz now) {
     if (n == 0) return 0;
     Datum v[2] = {int8_array(ids, n), TimestampTzGetDatum(now)};
     int64 killed = (int64)run(s_kill_dead, v, nullptr);
+    if (killed > 0) {
+        // Their waiting children end dead too.
+        int64 *died = (int64 *)palloc(sizeof(int64) * killed);
+        for (int64 i = 0; i < killed; ++i) died[i] = col_int64(i, 1);
+        free_result();
+        end_descendants(died, (int)killed, 'd', now);
+    }
     for (int i = 0; i < n; ++i) unlock_item(ids[i]);
     return killed;
 }

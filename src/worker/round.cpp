@@ -5,6 +5,7 @@
 #include "worker/worker.hpp"
 
 #include "pg/duties.hpp"
+#include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 
 extern "C" {
@@ -239,6 +240,10 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         Datum v[2] = {TimestampTzGetDatum(now), TimestampTzGetDatum(*last_expiry)};
         int64 expired = add_counts(ready, pg::run(s_expired, v, nullptr), now, nullptr);
         if (have_leases()) lease_duties(slot, now, *last_expiry, next);
+        // Finished items past their queue's retention go (the history ring
+        // moves on; dead items are deleted).
+        (void)pg::rotate_history(now);
+        if (pg::purge_expired_dead(now) >= pg::kDutyBatch) *next = now;
         *last_expiry = now;
         // When to look again.
         pg::run(s_next, v, nullptr);

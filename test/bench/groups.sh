@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pg_claim bench for issue 3 (group claims and trigger enqueue): each figure
+# pg_claim bench for group claims and trigger enqueue: each figure
 # beside its baseline, measured in the same run, with the ratio and target.
 #
 #   bash test/bench/groups.sh            15 s windows (~4 min)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pg_claim lease bench (issue 4): mutex acquire + release, 16 clients over 1,000
+# pg_claim lease bench: mutex acquire + release, 16 clients over 1,000
 # names, against two baselines measured in the same run:
 #   table      the django-db-mutex pattern: a lock table with a UNIQUE name and a
 #              creation time; acquire = delete expired locks, insert the name

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench/wake.sh — wake latency, idle CPU and expiry lag of the worker (issue 5).
+# test/bench/wake.sh — wake latency, idle CPU and expiry lag of the worker.
 #
 #   bash test/bench/wake.sh            (as root or as an unprivileged user; the
 #                                       extension must be installed: make install)

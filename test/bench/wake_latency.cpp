@@ -1,4 +1,4 @@
-// Wake-latency bench for pg_claim (issue 5), a libpq client.
+// Wake-latency bench for pg_claim, a libpq client.
 //
 //   wake_latency CONNINFO claim  WAITERS ITEMS RATE
 //   wake_latency CONNINFO listen WAITERS ITEMS RATE

@@ -1,4 +1,4 @@
--- Groups (issue 3): claim.group_claim, the group rule shared with claim_next,
+-- Groups: claim.group_claim, the group rule shared with claim_next,
 -- claim.blocked_groups, and every error. Tokens and times vary between runs:
 -- the queries show payloads, counts and booleans.
 CREATE EXTENSION pg_claim;

@@ -1,4 +1,4 @@
--- Once-only guards (issue 4): claim.once and the guard ledger
+-- Once-only guards: claim.once and the guard ledger
 -- (guard_begin / guard_finish / guard_abandon / guard_result), with every
 -- error they raise. Tokens and times vary between runs: the queries show
 -- booleans and relative values only.

@@ -1,4 +1,4 @@
--- Named leases and counting semaphores (issue 4): the whole SQL API and
+-- Named leases and counting semaphores: the whole SQL API and
 -- every error it raises. Tokens and times vary between runs: the queries
 -- show booleans and relative values only.
 CREATE EXTENSION pg_claim;

@@ -1,4 +1,4 @@
--- Queue core: the whole SQL API of issue 2 and every error it raises.
+-- Queue core: the whole SQL API and every error it raises.
 CREATE EXTENSION pg_claim;
 
 -- Runs a statement and shows its SQLSTATE and message instead of failing.
@@ -299,7 +299,7 @@ SELECT claim.drop_queue('hq');
 SELECT claim.drop_queue('hq2');
 
 -- privileges: admin functions are not for PUBLIC, tables are not either
-SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval)', 'EXECUTE') AS public_create,
+SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval, interval)', 'EXECUTE') AS public_create,
        has_function_privilege('public', 'claim.drop_queue(text)', 'EXECUTE') AS public_drop,
        has_table_privilege('public', 'claim.items', 'SELECT') AS public_items;
 

@@ -1,4 +1,4 @@
--- Trigger enqueue (issue 3): claim.enqueue_trigger at row and statement
+-- Trigger enqueue: claim.enqueue_trigger at row and statement
 -- level, its options, and every error it raises when the trigger fires.
 CREATE EXTENSION pg_claim;
 

@@ -1,0 +1,250 @@
+// SQL surface: finishing work.
+//   claim.complete(token, result), claim.complete(tokens[], skip_stale, results[])
+// and the `done` tokens of claim.claim_next.
+#include "api/completion.hpp"
+
+#include <algorithm>
+
+#include "api/arrays.hpp"
+#include "api/shared.hpp"
+#include "pg/direct.hpp"
+#include "pg/lineage.hpp"
+#include "shmem/wakeup.hpp"
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+namespace direct = pgclaim::pg::direct;
+
+namespace {
+
+Stmt s_live_count = {
+    "SELECT count(*)::int4, max(lease_until) FROM claim.claims WHERE token = $1", 1, {INT8OID},
+    nullptr};
+
+// How many stale tokens the error of complete(tokens[]) lists.
+constexpr int kStaleTokensShown = 20;
+
+struct ItemToken {
+    int64 item;
+    int tok;  // index into the token array
+};
+
+// The retention of a queue, cached per backend like queue definitions.
+struct RetainEntry {
+    int32 queue_id;
+    int64 retain_us;
+    uint64 epoch;
+    TimestampTz at;
+};
+constexpr int kRetainEntries = 16;
+constexpr int64 kRetainTtlUs = 1000000;
+RetainEntry retain_cache[kRetainEntries];
+int retain_next = 0;
+
+// The queue's retention; connects SPI (*spi) on a miss.
+int64 queue_retain(int32 queue_id, TimestampTz now, bool *spi) {
+    uint64 epoch = shmem::queue_changes();
+    for (const RetainEntry &e : retain_cache)
+        if (e.queue_id == queue_id && e.at != 0 && e.epoch == epoch && now - e.at < kRetainTtlUs &&
+            now >= e.at)
+            return e.retain_us;
+    if (!*spi) {
+        SPI_connect();
+        *spi = true;
+    }
+    int64 us = pg::queue_retain_us(queue_id);
+    retain_cache[retain_next] = RetainEntry{queue_id, us, epoch, now};
+    retain_next = (retain_next + 1) % kRetainEntries;
+    return us;
+}
+
+}  // namespace
+
+namespace pgclaim::api {
+
+// Find the claim rows of the tokens, lock the items in id order (so
+// completers never deadlock), then check each claim row again under the
+// lock: a claimer that held the lock meanwhile may have changed it.
+int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
+                    const bool *result_nulls, bool *done) {
+    TimestampTz now = pg::clock_now();
+    direct::Tables *t = direct::open(direct::Mode::Complete);
+    Snapshot snap = direct::latest();
+    int npairs = 0, cap = ntok + 4;
+    ItemToken *pairs = (ItemToken *)palloc(sizeof(ItemToken) * cap);
+    for (int k = 0; k < ntok; ++k) {
+        done[k] = false;
+        int64 *ids;
+        int n = direct::items_with_token(t, tokens[k], snap, &ids);
+        for (int i = 0; i < n; ++i) {
+            if (npairs == cap) {
+                cap *= 2;
+                pairs = (ItemToken *)repalloc(pairs, sizeof(ItemToken) * cap);
+            }
+            pairs[npairs++] = ItemToken{ids[i], k};
+        }
+        pfree(ids);
+    }
+    direct::release(snap);
+    std::sort(pairs, pairs + npairs,
+              [](const ItemToken &a, const ItemToken &b) { return a.item < b.item; });
+    int completed = 0;
+    bool spi = false;
+    int64 *finished = (int64 *)palloc(sizeof(int64) * (npairs > 0 ? npairs : 1));
+    int32 last_queue = -1;
+    if (npairs > 0) {
+        for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
+        snap = direct::latest();
+        for (int i = 0; i < npairs; ++i) {
+            int k = pairs[i].tok;
+            direct::ClaimRow c;
+            direct::ItemRow it;
+            if (!direct::claim_of(t, pairs[i].item, snap, &c) || c.token != tokens[k] ||
+                c.lease_until <= now || !direct::item_get(t, pairs[i].item, snap, &it))
+                continue;
+            bool ok;
+            if (queue_retain(it.queue_id, now, &spi) > 0) {
+                if (!spi) {
+                    SPI_connect();
+                    spi = true;
+                }
+                bool rnull = results == nullptr || result_nulls[k];
+                ok = direct::claim_delete(t, &c.tid) &&
+                     pg::finish_retained(pairs[i].item, rnull ? (Datum)0 : results[k], rnull,
+                                         c.attempt, now);
+            } else {
+                ok = direct::claim_delete(t, &c.tid) && direct::item_delete(t, &it.tid);
+            }
+            if (!ok) continue;
+            ++completed;
+            done[k] = true;
+            finished[completed - 1] = pairs[i].item;
+            if (it.queue_id != last_queue) {
+                shmem::notify_finished(it.queue_id);
+                last_queue = it.queue_id;
+            }
+        }
+        direct::release(snap);
+    }
+    direct::close(t);
+    CommandCounterIncrement();
+    if (completed > 0 && pg::dependencies_possible()) {
+        if (!spi) {
+            SPI_connect();
+            spi = true;
+        }
+        uint64 rows = pg::release_children(finished, completed, now);
+        for (uint64 r = 0; r < rows; ++r) {
+            int32 queue_id = pg::col_int32(r, 1);
+            shmem::notify_ready(shmem::WaitKind::Queue, queue_id, pg::col_int64(r, 2));
+            forget_hints(queue_id);
+        }
+        pg::free_result();
+    }
+    if (spi) SPI_finish();
+    return completed;
+}
+
+void stale_tokens(const int64 *tokens, const bool *done, int ntok, const char *hint) {
+    int nstale = 0;
+    for (int i = 0; i < ntok; ++i)
+        if (!done[i]) ++nstale;
+    StringInfoData list;
+    initStringInfo(&list);
+    int shown = 0;
+    for (int i = 0; i < ntok && shown < kStaleTokensShown; ++i) {
+        if (done[i]) continue;
+        appendStringInfo(&list, "%s%lld", shown ? ", " : "", (long long)tokens[i]);
+        ++shown;
+    }
+    pg::error({pg::kStaleToken, hint,
+               psprintf("Stale tokens%s: %s",
+                        nstale > kStaleTokensShown ? psprintf(" (first %d)", kStaleTokensShown)
+                                                   : "",
+                        list.data)},
+              "%d of the tokens %s not a live claim", nstale, nstale == 1 ? "is" : "are");
+}
+
+void refuse_token(int64 token) {
+    Datum v[1] = {Int64GetDatum(token)};
+    pg::run(s_live_count, v, nullptr);
+    if (pg::col_int32(0, 1) == 0)
+        stale_token(token, "No claim carries this token: it is unknown, or its item was "
+                           "completed, failed, re-claimed, cancelled or dropped.");
+    bool isnull;
+    TimestampTz until = DatumGetTimestampTz(pg::col(0, 2, &isnull));
+    stale_token(token, until == DT_NOBEGIN
+                           ? "The claim was released."
+                           : psprintf("The lease expired at %s.", timestamptz_to_str(until)));
+}
+
+}  // namespace pgclaim::api
+
+PGCLAIM_FUNCTION(pgclaim_complete) {
+    pg::require_arg(fcinfo, 0, "token");
+    pg::require_primary("claim.complete");
+    int64 token = PG_GETARG_INT64(0);
+    bool has_result = PG_NARGS() > 1 && !PG_ARGISNULL(1);
+    Datum result = has_result ? PG_GETARG_DATUM(1) : (Datum)0;
+    bool result_null = !has_result;
+    bool done;
+    int n = api::complete_tokens(&token, 1, &result, &result_null, &done);
+    if (n == 0) {
+        SPI_connect();
+        api::refuse_token(token);
+    }
+    PG_RETURN_INT32(n);
+}
+
+PGCLAIM_FUNCTION(pgclaim_complete_many) {
+    pg::require_arg(fcinfo, 0, "tokens");
+    pg::require_primary("claim.complete");
+    bool skip_stale = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
+    int nelems;
+    int64 *given = api::int8_arg(fcinfo, 0, "tokens", false, &nelems);
+    if (nelems == 0) PG_RETURN_INT32(0);
+
+    // Results pair with the tokens by position; a token given twice keeps
+    // its first result.
+    Datum *rvals = nullptr;
+    bool *rnulls = nullptr;
+    if (PG_NARGS() > 2 && !PG_ARGISNULL(2)) {
+        ArrayType *ra = PG_GETARG_ARRAYTYPE_P(2);
+        int nr;
+        if (ARR_NDIM(ra) > 1)
+            pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "results must be a one-dimensional array");
+        deconstruct_array(ra, JSONBOID, -1, false, TYPALIGN_INT, &rvals, &rnulls, &nr);
+        if (nr != nelems)
+            pg::error({ERRCODE_INVALID_PARAMETER_VALUE,
+                       "Pass one result per token, NULL where there is none."},
+                      "results has %d elements but tokens has %d", nr, nelems);
+    }
+    int *order = (int *)palloc(sizeof(int) * nelems);
+    for (int i = 0; i < nelems; ++i) order[i] = i;
+    std::stable_sort(order, order + nelems, [&](int a, int b) { return given[a] < given[b]; });
+    int64 *tokens = (int64 *)palloc(sizeof(int64) * nelems);
+    Datum *results = rvals ? (Datum *)palloc(sizeof(Datum) * nelems) : nullptr;
+    bool *result_nulls = rvals ? (bool *)palloc(sizeof(bool) * nelems) : nullptr;
+    int ntok = 0;
+    for (int i = 0; i < nelems; ++i) {
+        int o = order[i];
+        if (ntok > 0 && tokens[ntok - 1] == given[o]) continue;
+        tokens[ntok] = given[o];
+        if (rvals) {
+            results[ntok] = rvals[o];
+            result_nulls[ntok] = rnulls[o];
+        }
+        ++ntok;
+    }
+    bool *done = (bool *)palloc(sizeof(bool) * ntok);
+    int32 completed = api::complete_tokens(tokens, ntok, results, result_nulls, done);
+    if (!skip_stale) {
+        bool all = true;
+        for (int i = 0; i < ntok; ++i) all &= done[i];
+        if (!all)
+            api::stale_tokens(tokens, done, ntok,
+                              "Nothing was completed. Pass skip_stale => true to complete the "
+                              "live ones and skip the rest.");
+    }
+    PG_RETURN_INT32(completed);
+}

@@ -1,0 +1,76 @@
+// SQL surface: changing a queue after it was created (admin functions).
+//   claim.alter_queue, claim.pause, claim.resume
+#include "api/shared.hpp"
+#include "shmem/wakeup.hpp"
+
+using namespace pgclaim;
+using pgclaim::pg::Stmt;
+
+namespace {
+
+Stmt s_alter = {
+    "UPDATE claim.queues SET lease = COALESCE($2, lease),"
+    "  max_attempts = COALESCE($3, max_attempts), backoff = COALESCE($4, backoff),"
+    "  retain = COALESCE($5, retain) "
+    "WHERE name = $1 RETURNING queue_id",
+    5, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID}, nullptr};
+
+Stmt s_set_paused = {"UPDATE claim.queues SET paused = $2 WHERE name = $1 RETURNING queue_id",
+                     2, {TEXTOID, BOOLOID}, nullptr};
+
+// Every backend drops its cached definitions of the queue at our commit;
+// this one at once.
+void queue_changed() {
+    shmem::queues_changed_at_commit();
+    api::forget_queues();
+}
+
+Datum set_paused(FunctionCallInfo fcinfo, bool paused, const char *fn) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_primary(fn);
+    char *name = pg::arg_cstring(fcinfo, 0);
+    SPI_connect();
+    Datum v[2] = {PG_GETARG_DATUM(0), BoolGetDatum(paused)};
+    if (pg::run(s_set_paused, v, nullptr) == 0) api::unknown_queue(name);
+    int32 queue_id = pg::col_int32(0, 1);
+    pg::free_result();
+    queue_changed();
+    // Waiting claimers look again when the resume commits.
+    if (!paused) shmem::notify_ready(shmem::WaitKind::Queue, queue_id, PG_INT32_MAX);
+    SPI_finish();
+    PG_RETURN_VOID();
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_alter_queue) {
+    pg::require_arg(fcinfo, 0, "queue");
+    pg::require_primary("claim.alter_queue");
+    char *name = pg::arg_cstring(fcinfo, 0);
+    int64_t lease = PG_ARGISNULL(1) ? 1 : pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");
+    int32 max_attempts = PG_ARGISNULL(2) ? 1 : PG_GETARG_INT32(2);
+    int64_t backoff = PG_ARGISNULL(3) ? 0 : pg::interval_us(PG_GETARG_INTERVAL_P(3), "backoff");
+    int64_t retain = PG_ARGISNULL(4) ? 0 : pg::interval_us(PG_GETARG_INTERVAL_P(4), "retain");
+    pg::pure([&] {
+        check_positive_duration("lease", lease, kMaxLeaseUs);
+        check_range("max_attempts", max_attempts, 1, kMaxAttemptsLimit);
+        check_nonnegative_duration("backoff", backoff, kMaxDelayUs);
+        check_nonnegative_duration("retain", retain, kMaxRetainUs);
+    });
+    SPI_connect();
+    Datum v[5];
+    char nulls[5];
+    for (int i = 0; i < 5; ++i) {
+        v[i] = PG_ARGISNULL(i) ? (Datum)0 : PG_GETARG_DATUM(i);
+        nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+    }
+    if (pg::run(s_alter, v, nulls) == 0) api::unknown_queue(name);
+    pg::free_result();
+    queue_changed();
+    SPI_finish();
+    PG_RETURN_VOID();
+}
+
+PGCLAIM_FUNCTION(pgclaim_pause) { return set_paused(fcinfo, true, "claim.pause"); }
+
+PGCLAIM_FUNCTION(pgclaim_resume) { return set_paused(fcinfo, false, "claim.resume"); }
