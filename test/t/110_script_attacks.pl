@@ -417,6 +417,35 @@ SELECT claim.drop_queue('empty');
 });
 	is($ret, 0, "$db: every API call works under search_path $hostile_path") or diag($err);
 
+	# the 0.2.0 API, where it is installed
+	if (clean($db, q{SELECT to_regprocedure('claim.item_state(text, bigint, interval)') IS NOT NULL}) eq 't')
+	{
+		my ($r2, $o2, $e2) = $node->psql($db, qq{
+SET search_path = $hostile_path;
+SET client_min_messages = warning;
+SELECT claim.create_queue('r', retain => '1 hour');
+SELECT claim.alter_queue('r', lease => '2 minutes', max_attempts => 3, backoff => '0', retain => '2 hours');
+SELECT claim.enqueue('r', '{"step": 1}') AS p1 \\gset
+SELECT claim.enqueue('r', '{"step": 2}', after => ARRAY[:p1]::bigint[]) AS c1 \\gset
+SELECT claim.enqueue_batch('r', ARRAY['{"step": 3}']::jsonb[], after => ARRAY[:p1]::bigint[]) IS NOT NULL;
+SELECT state FROM claim.item_state('r', :c1);
+SELECT token AS r1 FROM claim.claim_next('r') \\gset
+SELECT claim.complete(:r1, '{"ok": true}');
+SELECT state FROM claim.item_state('r', :p1, wait => '100 ms');
+SELECT token AS r2 FROM claim.claim_next('r') \\gset
+SELECT token IS NOT NULL FROM claim.claim_next('r', done => ARRAY[:r2]::bigint[]);
+SELECT claim.enqueue('r', '{"step": 4}') AS x1 \\gset
+SELECT claim.cancel('r', ARRAY[:x1]::bigint[]);
+SELECT claim.pause('r');
+SELECT token IS NULL FROM claim.claim_next('r', wait => '100 ms');
+SELECT claim.resume('r');
+SELECT * FROM claim.finished_items;
+SELECT * FROM claim.queue_stats;
+});
+		is($r2, 0, "$db: the 0.2.0 API works under search_path $hostile_path") or diag($e2);
+		$err .= $e2;
+	}
+
 	# error paths (their messages and any SQL behind them)
 	my @errors = (
 		[ q{SELECT claim.complete(0::bigint)}, qr/not a live claim/ ],
