@@ -178,8 +178,14 @@ class Worker extends EventEmitter {
           this._claimClient = await this._pool.connect();
           this._claimClient.on('error', () => {});
         }
+        const started = Date.now();
         rows = await this._claim(free, done);
         backoff = 250;
+        if (rows.length === 0 && done.length === 0 && Date.now() - started < 20 && !this._stopping) {
+          // The claim did not wait (wait => 0): do not spin on an empty queue.
+          this._state = 'backoff';
+          await this._sleepInterruptibly(100);
+        }
       } catch (err) {
         this._state = 'backoff';
         if (done.length) {
