@@ -25,6 +25,13 @@
 # the server log names ("Failed process was running: ..."), saved under
 # SQLSMITH_OUT (default /tmp/pg_claim-sqlsmith-out), which is kept.
 #
+# Phase 2 (SQLSMITH_FOCUS_SECONDS, default 30; 0 skips it): sqlsmith reaches
+# claim's functions rarely (it picks among all the server's functions and never
+# calls set-returning ones), so test/soak/fuzz_claim.py then calls only claim's
+# functions with hostile arguments drawn per type (see its header), checking for
+# internal errors (XX000) and lost connections, and prints the SQLSTATEs per
+# function.
+#
 # Environment: SQLSMITH_SECONDS, SQLSMITH_SEED (first seed; default: random),
 # SQLSMITH_OUT, PGCLAIM_USER, CL_KEEP=1 (keep the cluster directory).
 # Last line: "sqlsmith: N passed, N failed"; exit status 1 if anything failed.
@@ -35,6 +42,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/test/soak/cluster.sh"
 
 SECS="${1:-${SQLSMITH_SECONDS:-60}}"
+FOCUS_SECS="${SQLSMITH_FOCUS_SECONDS:-30}"
 SEED="${SQLSMITH_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 OUTDIR="${SQLSMITH_OUT:-/tmp/pg_claim-sqlsmith-out}"
 PASSED=0
@@ -147,6 +155,15 @@ while (( SECONDS - START < SECS )); do
     fi
 done
 echo "sqlsmith: $runs run(s), about $queries queries in $((SECONDS - START))s"
+
+# --- phase 2: only claim's functions, hostile arguments -------------------------
+if (( FOCUS_SECS > 0 )); then
+    need_packages python3-psycopg || exit 1
+    FUZZ_CONNINFO="host=$CL_DIR port=$CL_PORT dbname=smith user=smith" FUZZ_SECONDS="$FOCUS_SECS" \
+        FUZZ_SEED="$SEED" nice /usr/bin/python3 -u "$ROOT/test/soak/fuzz_claim.py" 2>&1 | tee "$OUTDIR/fuzz_claim.log"
+    grep -q '^FAILED: \|^Traceback' "$OUTDIR/fuzz_claim.log" && fail "focused phase (see above)"
+    PASSED=$((PASSED + $(grep -c '^ok: ' "$OUTDIR/fuzz_claim.log")))
+fi
 
 # --- the server log -------------------------------------------------------------
 cp "$CL_LOG" "$OUTDIR/server.log" 2>/dev/null
