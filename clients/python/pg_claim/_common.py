@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 Interval = Union[str, float, int, _dt.timedelta]
@@ -56,24 +56,56 @@ class Retry(Exception):
             raise ValueError("Retry(after=...) must not be negative")
 
 
-@dataclass
+def from_epoch(value: Union[float, _dt.datetime]) -> _dt.datetime:
+    """A timezone-aware UTC datetime from epoch seconds."""
+    if isinstance(value, _dt.datetime):
+        return value
+    return _dt.datetime.fromtimestamp(value, _dt.timezone.utc)
+
+
 class Job:
     """One claimed item, as the handler sees it.
 
     ``conn`` is the connection of the handler's transaction in transactional
     mode (already fenced with ``claim.assert_token``), else None.
+    ``enqueued_at`` and ``lease_until`` (server clock) are parsed on first use.
     """
 
-    queue: str
-    id: int
-    token: int
-    payload: Any
-    attempt: int
-    group_key: Optional[str]
-    enqueued_at: _dt.datetime
-    lease_until: _dt.datetime
-    lease_seconds: float
-    conn: Any = field(default=None, repr=False)
+    __slots__ = ("queue", "id", "token", "payload", "attempt", "group_key", "lease_seconds",
+                 "conn", "_enqueued_at", "_lease_until")
+
+    def __init__(self, queue: str, id: int, token: int, payload: Any, attempt: int,
+                 group_key: Optional[str], enqueued_at: Union[float, _dt.datetime],
+                 lease_until: Union[float, _dt.datetime], lease_seconds: float,
+                 conn: Any = None) -> None:
+        self.queue = queue
+        self.id = id
+        self.token = token
+        self.payload = payload
+        self.attempt = attempt
+        self.group_key = group_key
+        self.lease_seconds = lease_seconds
+        self.conn = conn
+        self._enqueued_at = enqueued_at
+        self._lease_until = lease_until
+
+    @property
+    def enqueued_at(self) -> _dt.datetime:
+        if not isinstance(self._enqueued_at, _dt.datetime):
+            self._enqueued_at = from_epoch(self._enqueued_at)
+        return self._enqueued_at
+
+    @property
+    def lease_until(self) -> _dt.datetime:
+        """When the lease of the claim ended (server clock); the heartbeat
+        moves the real end further."""
+        if not isinstance(self._lease_until, _dt.datetime):
+            self._lease_until = from_epoch(self._lease_until)
+        return self._lease_until
+
+    def __repr__(self) -> str:
+        return (f"Job(queue={self.queue!r}, id={self.id}, token={self.token}, "
+                f"attempt={self.attempt}, group_key={self.group_key!r}, payload={self.payload!r})")
 
 
 @dataclass

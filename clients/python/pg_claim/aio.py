@@ -14,7 +14,7 @@ import psycopg
 
 from ._common import Interval, Job, Retry, WorkerStats, to_interval
 from ._features import FEATURES_SQL, Features
-from .worker import (ASSERT_SQL, CANCELED, CLAIM_DONE_SQL, CLAIM_SQL, COMPLETE_RESULT_SQL,
+from .worker import (ASSERT_SQL, CANCELED, COMPLETE_RESULT_SQL, claim_queries,
                      COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
                      _sqlstate, job_from_row)
 from psycopg.types.json import Jsonb
@@ -38,6 +38,9 @@ class _ASlot:
         self.lost = False
         self.abandoned = False
         self.next_beat = 0.0
+        self.beat_idle = False
+        self.beat_wake_at = 0.0
+        self.started = 0               # jobs started in this slot
         self.last_cancel = 0.0
         self.task: Optional["asyncio.Task[None]"] = None
         self.beat_task: Optional["asyncio.Task[None]"] = None
@@ -88,6 +91,8 @@ class AsyncWorker:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._tickets = 0
         self._slots: List[_ASlot] = []
+        self._claim_sql = ""
+        self._claim_done_sql = ""
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -161,6 +166,8 @@ class AsyncWorker:
         assert conn is not None
         cur = await conn.execute(FEATURES_SQL)
         self.features = Features.from_rows(await cur.fetchall())
+        self._claim_sql, self._claim_done_sql = claim_queries(conn, self.queue, self.lease,
+                                                              self.wait, self.name)
         for slot in self._slots:
             if self.heartbeat:
                 slot.beat_task = asyncio.ensure_future(self._beat_main(slot))
@@ -267,7 +274,7 @@ class AsyncWorker:
                         if self.burst:
                             break
                         continue
-                    job = job_from_row(rows[0])
+                    job = job_from_row(self.queue, rows[0])
                     if await self._process(slot, job):
                         pending = [job.token]
                 except psycopg.OperationalError as exc:
@@ -300,7 +307,7 @@ class AsyncWorker:
                 delay = min(delay * 2, 10.0)
 
     async def _fetch(self, conn: "psycopg.AsyncConnection[Any]", query: str,
-                     params: Tuple[Any, ...]) -> List[Tuple[Any, ...]]:
+                     params: Optional[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
         cur = await conn.execute(query, params)
         return await cur.fetchall()
 
@@ -316,8 +323,7 @@ class AsyncWorker:
         try:
             if pending:
                 try:
-                    rows = await self._fetch(conn, CLAIM_DONE_SQL,
-                                             (self.queue, self.lease, "0", self.name, pending))
+                    rows = await self._fetch(conn, self._claim_done_sql, (pending,))
                     self.stats.completed += len(pending)
                     if rows:
                         self.stats.claimed += 1
@@ -336,7 +342,7 @@ class AsyncWorker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = await self._fetch(conn, CLAIM_SQL, (self.queue, self.lease, self.wait, self.name))
+                rows = await self._fetch(conn, self._claim_sql, None)
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():
@@ -358,7 +364,9 @@ class AsyncWorker:
             slot.lost = False
             slot.abandoned = False
             slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
-            slot.cond.notify()
+            slot.started += 1
+            if slot.beat_idle or slot.next_beat < slot.beat_wake_at:
+                slot.cond.notify()
 
     async def _end_job(self, slot: _ASlot) -> Tuple[bool, bool]:
         async with slot.cond:
@@ -500,14 +508,31 @@ class AsyncWorker:
 
     # -- heartbeat -----------------------------------------------------------
     async def _beat_main(self, slot: _ASlot) -> None:
+        seen = 0
+        period = 1.0
         async with slot.cond:
             while not slot.closed:
                 job = slot.job
                 if job is None or slot.lost or slot.abandoned:
-                    await slot.cond.wait()
+                    if slot.started != seen:
+                        # Jobs ran since the last look: wait one beat period
+                        # with a timeout, so that short jobs do not each have
+                        # to wake this thread.
+                        seen = slot.started
+                        slot.beat_wake_at = time.monotonic() + period
+                        try:
+                            await asyncio.wait_for(slot.cond.wait(), period)
+                        except asyncio.TimeoutError:
+                            pass
+                    else:
+                        slot.beat_idle = True
+                        await slot.cond.wait()
+                        slot.beat_idle = False
                     continue
+                period = job.lease_seconds / 3.0
                 delay = slot.next_beat - time.monotonic()
                 if delay > 0:
+                    slot.beat_wake_at = time.monotonic() + delay
                     try:
                         await asyncio.wait_for(slot.cond.wait(), delay)
                     except asyncio.TimeoutError:

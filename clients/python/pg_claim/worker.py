@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from ._common import Interval, Job, Retry, WorkerStats, to_interval
@@ -26,11 +27,26 @@ log = logging.getLogger("pg_claim.worker")
 
 Handler = Callable[[Job], Any]
 
-_COLUMNS = ("queue, id, token, group_key, payload, attempt, enqueued_at, lease_until, "
+# Timestamps come as epoch seconds and become datetimes only if the handler reads them
+# (psycopg's pure-Python loader costs more than the rest of a no-op job).
+_COLUMNS = ("id, token, group_key, payload, attempt, extract(epoch FROM enqueued_at)::float8, "
+            "extract(epoch FROM lease_until)::float8, "
             "extract(epoch FROM lease_until - pg_catalog.clock_timestamp())::float8")
-CLAIM_SQL = (f"SELECT {_COLUMNS} FROM claim.claim_next(%s, 1, %s::interval, %s::interval, %s)")
-CLAIM_DONE_SQL = (f"SELECT {_COLUMNS} FROM claim.claim_next(%s, 1, %s::interval, %s::interval, %s, "
-                  f"done => %s::bigint[])")
+
+
+def claim_queries(ctx: Any, queue: str, lease: Any, wait: Any, name: Optional[str]) -> Tuple[str, str]:
+    """The claim statement of a worker, its constant arguments written in as
+    literals (nothing to adapt per job), and the same with ``done => %s``
+    completing earlier tokens and waiting 0."""
+    def lit(v: Any) -> str:
+        return sql.Literal(v).as_string(ctx)
+
+    head = f"SELECT {_COLUMNS} FROM claim.claim_next({lit(queue)}, 1, {lit(lease)}::interval, "
+    tail = f"::interval, {lit(name)}"
+    plain = f"{head}{lit(wait)}{tail})"
+    done = f"{head}'0'{tail}".replace("%", "%%") + ", done => %s::bigint[])"
+    return plain, done
+
 COMPLETE_SQL = "SELECT claim.complete(%s::bigint)"
 COMPLETE_RESULT_SQL = "SELECT claim.complete(%s::bigint, %s::jsonb)"
 COMPLETE_MANY_SQL = "SELECT claim.complete(%s::bigint[], true)"
@@ -52,10 +68,9 @@ def _error_text(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
-def job_from_row(row: Sequence[Any]) -> Job:
-    return Job(queue=row[0], id=row[1], token=row[2], group_key=row[3], payload=row[4],
-               attempt=row[5], enqueued_at=row[6], lease_until=row[7],
-               lease_seconds=max(float(row[8] or 0.0), 0.001))
+def job_from_row(queue: str, row: Sequence[Any]) -> Job:
+    return Job(queue, row[0], row[1], row[3], row[4], row[2], row[5], row[6],
+               max(float(row[7] or 0.0), 0.001))
 
 
 class _Abandoned(Exception):
@@ -75,6 +90,9 @@ class _Slot:
         self.lost = False              # the heartbeat saw the token go stale
         self.abandoned = False         # shutdown released (or gave up on) the job
         self.next_beat = 0.0
+        self.beat_idle = False         # the heartbeat waits for a job, untimed
+        self.beat_wake_at = 0.0
+        self.started = 0               # jobs started in this slot        # when its timed wait ends
         self.last_cancel = 0.0
         self.thread: Optional[threading.Thread] = None
         self.beat_thread: Optional[threading.Thread] = None
@@ -137,6 +155,8 @@ class Worker:
         self._stats_lock = threading.Lock()
         self._tickets = 0
         self._slots: List[_Slot] = []
+        self._claim_sql = ""
+        self._claim_done_sql = ""
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -191,6 +211,8 @@ class Worker:
         conn = self._slots[0].conn
         assert conn is not None
         self.features = Features.from_rows(conn.execute(FEATURES_SQL).fetchall())
+        self._claim_sql, self._claim_done_sql = claim_queries(conn, self.queue, self.lease,
+                                                              self.wait, self.name)
         for slot in self._slots:
             slot.thread = threading.Thread(target=self._slot_main, args=(slot,),
                                            name=f"pg_claim-slot-{slot.index}", daemon=True)
@@ -311,7 +333,7 @@ class Worker:
                         if self.burst:
                             break
                         continue
-                    job = job_from_row(rows[0])
+                    job = job_from_row(self.queue, rows[0])
                     if self._process(slot, job):
                         pending = [job.token]
                 except psycopg.OperationalError as exc:
@@ -364,8 +386,7 @@ class Worker:
                     self._complete_now(slot, pending[0], None)
                     return None
                 try:
-                    rows = conn.execute(CLAIM_DONE_SQL, (self.queue, self.lease, "0", self.name,
-                                                         pending)).fetchall()
+                    rows = conn.execute(self._claim_done_sql, (pending,)).fetchall()
                     self._count("completed", len(pending))
                     if rows:
                         self._count("claimed")
@@ -385,8 +406,7 @@ class Worker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = conn.execute(CLAIM_SQL, (self.queue, self.lease, self.wait,
-                                                self.name)).fetchall()
+                rows = conn.execute(self._claim_sql).fetchall()
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():
@@ -409,7 +429,11 @@ class Worker:
             slot.lost = False
             slot.abandoned = False
             slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
-            slot.cond.notify()
+            slot.started += 1
+            # Wake the heartbeat only when its wait would end too late; in a
+            # busy slot it is in a timed wait that ends before the new beat.
+            if slot.beat_idle or slot.next_beat < slot.beat_wake_at:
+                slot.cond.notify()
 
     def _end_job(self, slot: _Slot) -> Tuple[bool, bool]:
         with slot.lock:
@@ -547,14 +571,28 @@ class Worker:
 
     # -- heartbeat -----------------------------------------------------------
     def _beat_main(self, slot: _Slot) -> None:
+        seen = 0
+        period = 1.0
         with slot.cond:
             while not slot.closed:
                 job = slot.job
                 if job is None or slot.lost or slot.abandoned:
-                    slot.cond.wait()
+                    if slot.started != seen:
+                        # Jobs ran since the last look: wait one beat period
+                        # with a timeout, so that short jobs do not each have
+                        # to wake this thread.
+                        seen = slot.started
+                        slot.beat_wake_at = time.monotonic() + period
+                        slot.cond.wait(period)
+                    else:
+                        slot.beat_idle = True
+                        slot.cond.wait()
+                        slot.beat_idle = False
                     continue
+                period = job.lease_seconds / 3.0
                 delay = slot.next_beat - time.monotonic()
                 if delay > 0:
+                    slot.beat_wake_at = time.monotonic() + delay
                     slot.cond.wait(delay)
                     continue
                 # Due: extend on the slot's connection while holding the slot

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Throughput of pg_claim.Worker (no-op handler, 8 concurrent jobs) beside a
+minimal hand-written loop with the same driver and the same 8 threads
+(claim_next + complete, one connection per thread), in the same run.
+
+    PGCLAIM_TEST_DSN=postgresql://user@host:port/db /usr/bin/python3 clients/python/bench.py
+
+Each window drains a fresh queue of --jobs items; windows run in the order
+loop, worker, worker, loop (--rounds times) so a drift of the machine weighs
+on both sides alike; the figures are the means of each side's windows.
+Connection set-up is inside each window on both sides.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from typing import Any, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg  # noqa: E402
+
+import pg_claim  # noqa: E402
+
+
+def fill(dsn: str, queue: str, jobs: int) -> None:
+    with pg_claim.Client(dsn) as c:
+        c.create_queue(queue, lease="30 s")
+        for start in range(0, jobs, 5000):
+            c.enqueue_batch(queue, [{"n": i} for i in range(start, min(jobs, start + 5000))])
+
+
+def drop(dsn: str, queue: str) -> None:
+    with pg_claim.Client(dsn) as c:
+        left = c.stats(queue)[0]
+        assert left.ready + left.claimed + left.dead + left.scheduled == 0, left
+        c.drop_queue(queue)
+
+
+def hand_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
+    """The loop every user writes by hand: claim one, (no-op), complete it."""
+    counts: List[int] = [0] * threads
+
+    def run(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True,
+                             prepare_threshold=5 if prepare else None) as conn:
+            n = 0
+            while True:
+                row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s)",
+                                   (queue,)).fetchone()
+                if row is None:
+                    break
+                conn.execute("SELECT claim.complete(%s::bigint)", (row[1],))
+                n += 1
+            counts[i] = n
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts)
+
+
+def worker_run(dsn: str, queue: str, threads: int, prepare: bool) -> int:
+    def noop(job: pg_claim.Job) -> None:
+        return None
+
+    stats = pg_claim.Worker(dsn, queue, noop, concurrency=threads, wait=0, burst=True,
+                            prepare=prepare, handle_signals=False).run()
+    return stats.completed
+
+
+def window(kind: str, dsn: str, jobs: int, threads: int, prepare: bool) -> float:
+    queue = "bench_" + uuid.uuid4().hex[:8]
+    fill(dsn, queue, jobs)
+    t0 = time.perf_counter()
+    done = (hand_loop if kind == "loop" else worker_run)(dsn, queue, threads, prepare)
+    elapsed = time.perf_counter() - t0
+    drop(dsn, queue)
+    assert done == jobs, f"{kind}: completed {done} of {jobs}"
+    return jobs / elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", default=os.environ.get("PGCLAIM_TEST_DSN", ""))
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--prepare", action="store_true",
+                    help="let psycopg prepare statements (both sides); not behind PgBouncer < 1.21")
+    args = ap.parse_args()
+    if not args.dsn:
+        ap.error("give --dsn or set PGCLAIM_TEST_DSN")
+    with pg_claim.Client(args.dsn) as c:
+        feats = c.features
+    print(f"jobs per window {args.jobs}, {args.threads} threads, prepare={args.prepare}, "
+          f"one-round-trip loop (claim_next done =>): {'yes' if feats.claim_done else 'no (server lacks it)'}")
+    res: dict = {"loop": [], "worker": []}
+    for _ in range(args.rounds):
+        for kind in ("loop", "worker", "worker", "loop"):
+            rate = window(kind, args.dsn, args.jobs, args.threads, args.prepare)
+            res[kind].append(rate)
+            print(f"  {kind:6s} {rate:8.0f} jobs/s", flush=True)
+    loop = statistics.mean(res["loop"])
+    work = statistics.mean(res["worker"])
+    print(f"hand-written loop: {loop:.0f} jobs/s")
+    print(f"pg_claim.Worker:   {work:.0f} jobs/s")
+    print(f"ratio: {work / loop:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
