@@ -1,5 +1,6 @@
 // Server layer: see direct.hpp.
 #include "pg/direct.hpp"
+#include "pg/direct_tables.hpp"
 
 #include <algorithm>
 
@@ -33,17 +34,6 @@ namespace pgclaim::pg::direct {
 
 namespace {
 
-// Relation OIDs and attribute numbers, resolved once per installation.
-struct Catalog {
-    bool valid;
-    Oid items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token,
-        token_seq, queues, queues_name, item_id_seq;
-    AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
-        i_priority, i_dedup;
-    AttrNumber q_id, q_name;
-    AttrNumber c_item, c_queue, c_token, c_attempt, c_lease, c_claimed, c_worker;
-};
-Catalog cat;
 
 Oid rel_oid(Oid nsp, const char *name) {
     Oid o = get_relname_relid(name, nsp);
@@ -186,10 +176,10 @@ void require(Oid rel, AclMode mode) {
     if (r != ACLCHECK_OK) aclcheck_error(r, OBJECT_TABLE, get_rel_name(rel));
 }
 
-Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) { return slot_getattr(slot, a, isnull); }
+}  // namespace
 
-// One equality probe of an int8 key (first index column) returning the
-// first visible row into `slot`.
+Catalog cat;
+
 bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot) {
     ScanKeyData k;
     ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
@@ -199,8 +189,6 @@ bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTabl
     index_endscan(scan);
     return found;
 }
-
-}  // namespace
 
 void reset() { cat.valid = false; }
 
@@ -214,15 +202,6 @@ Oid items_relid() {
 Snapshot latest() { return RegisterSnapshot(GetLatestSnapshot()); }
 void release(Snapshot snap) { UnregisterSnapshot(snap); }
 
-struct Tables {
-    Mode mode;
-    Relation items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token;
-    Relation queues, queues_name;
-    TupleTableSlot *queue_slot;
-    TupleTableSlot *item_slot, *claim_slot, *scan_slot, *group_slot, *ins_slot;
-    EState *estate;
-    ResultRelInfo *rri;
-};
 
 namespace {
 // The executor state for inserts into `rel`: every index of it (as
@@ -510,147 +489,6 @@ int64 batch_end(ItemBatch *b) {
     int64 n = b->written;
     pfree(b);
     return n;
-}
-
-struct ReadyScan {
-    Tables *t;
-    IndexScanDesc scan;
-    ScanKeyData keys[2];
-    ScanKeyData row[2];
-};
-
-ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
-                       Snapshot snap) {
-    ReadyScan *s = (ReadyScan *)palloc0(sizeof(ReadyScan));
-    s->t = t;
-    int nkeys = 1;
-    ScanKeyInit(&s->keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
-    if (from != nullptr) {
-        // (ord, id) >= / > (from.ord, from.id) as one row comparison: the
-        // scan starts right there instead of at the first entry of `ord`.
-        StrategyNumber st = inclusive ? BTGreaterEqualStrategyNumber : BTGreaterStrategyNumber;
-        ScanKeyEntryInitialize(&s->row[0], SK_ROW_MEMBER, 2, st, INT4OID, InvalidOid,
-                               F_BTINT4CMP, Int32GetDatum(from->ord));
-        ScanKeyEntryInitialize(&s->row[1], SK_ROW_MEMBER | SK_ROW_END, 3, st, INT8OID,
-                               InvalidOid, F_BTINT8CMP, Int64GetDatum(from->id));
-        ScanKeyEntryInitialize(&s->keys[1], SK_ROW_HEADER, 2, st, InvalidOid, InvalidOid,
-                               InvalidOid, PointerGetDatum(s->row));
-        nkeys = 2;
-    }
-    s->scan = index_beginscan(t->items, t->items_ready, snap, nkeys, 0);
-    index_rescan(s->scan, s->keys, nkeys, nullptr, 0);
-    return s;
-}
-
-bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
-                ItemPointerData *tid) {
-    TupleTableSlot *slot = s->t->scan_slot;
-    while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
-        bool isnull;
-        // The index predicate holds for every version reached through it;
-        // checked anyway, it costs nothing.
-        if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') continue;
-        (void)get(slot, cat.i_run_at, &isnull);
-        if (!isnull) continue;
-        *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
-        *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
-        *group_key = get(slot, cat.i_group, group_null);
-        *tid = slot->tts_tid;
-        return true;
-    }
-    return false;
-}
-
-void ready_end(ReadyScan *s) {
-    index_endscan(s->scan);
-    ExecClearTuple(s->t->scan_slot);
-    pfree(s);
-}
-
-bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
-    TupleTableSlot *slot = t->claim_slot;
-    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) return false;
-    bool isnull;
-    out->token = DatumGetInt64(get(slot, cat.c_token, &isnull));
-    out->attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));
-    out->lease_until = DatumGetTimestampTz(get(slot, cat.c_lease, &isnull));
-    out->tid = slot->tts_tid;
-    ExecClearTuple(slot);
-    return true;
-}
-
-int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids) {
-    ScanKeyData k;
-    ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
-    IndexScanDesc scan = index_beginscan(t->claims, t->claims_token, snap, 1, 0);
-    index_rescan(scan, &k, 1, nullptr, 0);
-    int n = 0, cap = 4;
-    int64 *v = (int64 *)palloc(sizeof(int64) * cap);
-    TupleTableSlot *slot = t->claim_slot;
-    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
-        bool isnull;
-        if (n == cap) {
-            cap *= 2;
-            v = (int64 *)repalloc(v, sizeof(int64) * cap);
-        }
-        v[n++] = DatumGetInt64(get(slot, cat.c_item, &isnull));
-    }
-    index_endscan(scan);
-    ExecClearTuple(slot);
-    // Ascending, so that lockers of several items never deadlock.
-    std::sort(v, v + n);
-    *ids = v;
-    return n;
-}
-
-namespace {
-void item_read(TupleTableSlot *slot, ItemRow *out) {
-    bool isnull;
-    out->queue_id = DatumGetInt32(get(slot, cat.i_queue, &isnull));
-    char state = DatumGetChar(get(slot, cat.i_state, &isnull));
-    (void)get(slot, cat.i_run_at, &isnull);
-    out->ready = state == 'r' && isnull;
-    out->failures = DatumGetInt32(get(slot, cat.i_failures, &isnull));
-    out->group_key = get(slot, cat.i_group, &out->group_null);
-    out->payload = get(slot, cat.i_payload, &isnull);
-    out->enqueued_at = DatumGetTimestampTz(get(slot, cat.i_enq, &isnull));
-    out->tid = slot->tts_tid;
-}
-}  // namespace
-
-bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
-    if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
-    item_read(t->item_slot, out);
-    return true;
-}
-
-bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
-    ItemPointerData copy = *tid;
-    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
-    item_read(t->item_slot, out);
-    return true;
-}
-
-bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap) {
-    ScanKeyData k[3];
-    ScanKeyInit(&k[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
-    ScanKeyEntryInitialize(&k[1], 0, 2, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
-                           F_TEXTEQ, group_key);
-    ScanKeyInit(&k[2], 3, BTLessStrategyNumber, F_INT8LT, Int64GetDatum(id));
-    IndexScanDesc scan = index_beginscan(t->items, t->items_group, snap, 3, 0);
-    index_rescan(scan, k, 3, nullptr, 0);
-    TupleTableSlot *slot = t->group_slot;
-    bool found = false;
-    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
-        bool isnull;
-        if (DatumGetChar(get(slot, cat.i_state, &isnull)) == 'r') {
-            found = true;
-            break;
-        }
-    }
-    index_endscan(scan);
-    ExecClearTuple(slot);
-    return found;
 }
 
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,

@@ -1,0 +1,177 @@
+// Direct reads of claim.items and claim.claims (see direct.hpp): the ready
+// scan in delivery order, claim and item probes, and the group check.
+#include "pg/direct_tables.hpp"
+
+#include <algorithm>
+
+extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/index.h"
+#include "catalog/pg_index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+}
+
+namespace pgclaim::pg::direct {
+
+struct ReadyScan {
+    Tables *t;
+    IndexScanDesc scan;
+    ScanKeyData keys[2];
+    ScanKeyData row[2];
+};
+
+ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
+                       Snapshot snap) {
+    ReadyScan *s = (ReadyScan *)palloc0(sizeof(ReadyScan));
+    s->t = t;
+    int nkeys = 1;
+    ScanKeyInit(&s->keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
+    if (from != nullptr) {
+        // (ord, id) >= / > (from.ord, from.id) as one row comparison: the
+        // scan starts right there instead of at the first entry of `ord`.
+        StrategyNumber st = inclusive ? BTGreaterEqualStrategyNumber : BTGreaterStrategyNumber;
+        ScanKeyEntryInitialize(&s->row[0], SK_ROW_MEMBER, 2, st, INT4OID, InvalidOid,
+                               F_BTINT4CMP, Int32GetDatum(from->ord));
+        ScanKeyEntryInitialize(&s->row[1], SK_ROW_MEMBER | SK_ROW_END, 3, st, INT8OID,
+                               InvalidOid, F_BTINT8CMP, Int64GetDatum(from->id));
+        ScanKeyEntryInitialize(&s->keys[1], SK_ROW_HEADER, 2, st, InvalidOid, InvalidOid,
+                               InvalidOid, PointerGetDatum(s->row));
+        nkeys = 2;
+    }
+    s->scan = index_beginscan(t->items, t->items_ready, snap, nkeys, 0);
+    index_rescan(s->scan, s->keys, nkeys, nullptr, 0);
+    return s;
+}
+
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+                ItemPointerData *tid) {
+    TupleTableSlot *slot = s->t->scan_slot;
+    while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
+        bool isnull;
+        // The index predicate holds for every version reached through it;
+        // checked anyway, it costs nothing.
+        if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') continue;
+        (void)get(slot, cat.i_run_at, &isnull);
+        if (!isnull) continue;
+        *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
+        *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
+        *group_key = get(slot, cat.i_group, group_null);
+        *tid = slot->tts_tid;
+        return true;
+    }
+    return false;
+}
+
+void ready_end(ReadyScan *s) {
+    index_endscan(s->scan);
+    ExecClearTuple(s->t->scan_slot);
+    pfree(s);
+}
+
+bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
+    TupleTableSlot *slot = t->claim_slot;
+    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) return false;
+    bool isnull;
+    out->token = DatumGetInt64(get(slot, cat.c_token, &isnull));
+    out->attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));
+    out->lease_until = DatumGetTimestampTz(get(slot, cat.c_lease, &isnull));
+    out->tid = slot->tts_tid;
+    ExecClearTuple(slot);
+    return true;
+}
+
+int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids) {
+    ScanKeyData k;
+    ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
+    IndexScanDesc scan = index_beginscan(t->claims, t->claims_token, snap, 1, 0);
+    index_rescan(scan, &k, 1, nullptr, 0);
+    int n = 0, cap = 4;
+    int64 *v = (int64 *)palloc(sizeof(int64) * cap);
+    TupleTableSlot *slot = t->claim_slot;
+    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+        bool isnull;
+        if (n == cap) {
+            cap *= 2;
+            v = (int64 *)repalloc(v, sizeof(int64) * cap);
+        }
+        v[n++] = DatumGetInt64(get(slot, cat.c_item, &isnull));
+    }
+    index_endscan(scan);
+    ExecClearTuple(slot);
+    // Ascending, so that lockers of several items never deadlock.
+    std::sort(v, v + n);
+    *ids = v;
+    return n;
+}
+
+namespace {
+void item_read(TupleTableSlot *slot, ItemRow *out) {
+    bool isnull;
+    out->queue_id = DatumGetInt32(get(slot, cat.i_queue, &isnull));
+    char state = DatumGetChar(get(slot, cat.i_state, &isnull));
+    (void)get(slot, cat.i_run_at, &isnull);
+    out->ready = state == 'r' && isnull;
+    out->failures = DatumGetInt32(get(slot, cat.i_failures, &isnull));
+    out->group_key = get(slot, cat.i_group, &out->group_null);
+    out->payload = get(slot, cat.i_payload, &isnull);
+    out->enqueued_at = DatumGetTimestampTz(get(slot, cat.i_enq, &isnull));
+    out->tid = slot->tts_tid;
+}
+}  // namespace
+
+bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
+    if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
+    item_read(t->item_slot, out);
+    return true;
+}
+
+bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
+    ItemPointerData copy = *tid;
+    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    item_read(t->item_slot, out);
+    return true;
+}
+
+bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap) {
+    ScanKeyData k[3];
+    ScanKeyInit(&k[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
+    ScanKeyEntryInitialize(&k[1], 0, 2, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
+                           F_TEXTEQ, group_key);
+    ScanKeyInit(&k[2], 3, BTLessStrategyNumber, F_INT8LT, Int64GetDatum(id));
+    IndexScanDesc scan = index_beginscan(t->items, t->items_group, snap, 3, 0);
+    index_rescan(scan, k, 3, nullptr, 0);
+    TupleTableSlot *slot = t->group_slot;
+    bool found = false;
+    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+        bool isnull;
+        if (DatumGetChar(get(slot, cat.i_state, &isnull)) == 'r') {
+            found = true;
+            break;
+        }
+    }
+    index_endscan(scan);
+    ExecClearTuple(slot);
+    return found;
+}
+
+
+}  // namespace pgclaim::pg::direct

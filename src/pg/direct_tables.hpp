@@ -1,0 +1,48 @@
+// The insides of src/pg/direct.cpp shared with direct_read.cpp: the
+// resolved catalog of the extension's tables and the relations of one call.
+#pragma once
+
+#include "pg/direct.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/rel.h"
+}
+
+namespace pgclaim::pg::direct {
+
+// Relation OIDs and attribute numbers, resolved once per installation.
+struct Catalog {
+    bool valid;
+    Oid items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token,
+        token_seq, queues, queues_name, item_id_seq;
+    AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
+        i_priority, i_dedup;
+    AttrNumber q_id, q_name;
+    AttrNumber c_item, c_queue, c_token, c_attempt, c_lease, c_claimed, c_worker;
+};
+
+extern Catalog cat;  // valid after open()
+
+struct Tables {
+    Mode mode;
+    Relation items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token;
+    Relation queues, queues_name;
+    TupleTableSlot *queue_slot;
+    TupleTableSlot *item_slot, *claim_slot, *scan_slot, *group_slot, *ins_slot;
+    EState *estate;
+    ResultRelInfo *rri;
+};
+
+// An attribute of the row in `slot`.
+inline Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) {
+    return slot_getattr(slot, a, isnull);
+}
+
+// One equality probe of an int8 key (first index column) returning the
+// first visible row into `slot`.
+bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot);
+
+}  // namespace pgclaim::pg::direct
