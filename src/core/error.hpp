@@ -1,4 +1,16 @@
-// Pure layer: never includes postgres.h.
+// The layers of src/, lowest first; a file includes headers of its own
+// layer and of lower ones only (README.md, "Layout"):
+//   core    pure C++ (this header): never includes postgres.h;
+//   pg      the thin server layer: the error helper, SPI wrappers, and the
+//           only code that touches table/index AMs, heap and index scans,
+//           heavyweight locks, WAL and snapshots directly;
+//   shmem   shared-memory services: waiting and waking, the frontier, the
+//           registry of databases, the shared-memory hooks;
+//   api     one file per SQL surface: fmgr, SPI (pg::run), SRF helpers, and
+//           the layers below;
+//   worker  the background workers;
+//   src/module.cpp  _PG_init and the GUCs, the only file that knows every
+//           layer.
 //
 // The error type of the pure layer. It carries a SQLSTATE so that the server
 // boundary (pg::pure and PGCLAIM_FUNCTION in src/pg/pg.hpp) re-raises it with the right code.
