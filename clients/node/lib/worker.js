@@ -532,14 +532,22 @@ class Worker extends EventEmitter {
     this._stopHeartbeat(state);
     this._jobs.delete(state);
     if (outcome === 'completed') this.stats.completed += 1;
-    this.emit(outcome, state.job, detail);
-    this.emit('settled', state.job, outcome);
+    try {
+      this.emit(outcome, state.job, detail);
+      this.emit('settled', state.job, outcome);
+    } catch (err) {
+      this.logger.error(`a '${outcome}' listener threw: ${errorText(err)}`);
+    }
     if (this._jobs.size === 0 && this._onIdle) this._onIdle();
   }
 
   _track(promise) {
     this._completions.add(promise);
-    promise.finally(() => this._completions.delete(promise));
+    const forget = () => this._completions.delete(promise);
+    promise.then(forget, (err) => {
+      forget();
+      this.logger.error(`internal error: ${errorText(err)}`);
+    });
     return promise;
   }
 
