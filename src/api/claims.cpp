@@ -173,16 +173,16 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             direct::ClaimRow c{};
             bool has = direct::claim_of(t, id, scan_snap, &c);
             if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;
-            uint64 gh = 0;
+            uint64 group_hash = 0;
             if (!group_null) {
                 text *gt = DatumGetTextPP(gk);
-                gh = hash_bytes_extended((const unsigned char *)VARDATA_ANY(gt),
+                group_hash = hash_bytes_extended((const unsigned char *)VARDATA_ANY(gt),
                                          (int)VARSIZE_ANY_EXHDR(gt), 0);
                 if (groups == nullptr) groups = int64_set("pg_claim groups", 64);
-                if (set_has(groups, gh)) continue;  // one item per group per call
+                if (set_has(groups, group_hash)) continue;  // one item per group per call
             }
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
-            if (!group_null) set_add(groups, gh);
+            if (!group_null) set_add(groups, group_hash);
             cand_tid[ncand] = tid;
             cand_pos[ncand] = ScanPos{ord, id};
             cand[ncand++] = id;

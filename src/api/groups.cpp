@@ -121,8 +121,8 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
             bool isnull, lease_null;
             int64 id = pg::col_int64(r, 1);
             if (!DatumGetBool(pg::col(r, 2, &isnull))) break;  // scheduled: stop here
-            TimestampTz lu = DatumGetTimestampTz(pg::col(r, 3, &lease_null));
-            if (!lease_null && lu > a.now) break;  // cannot happen while we hold the head
+            TimestampTz lease_until = DatumGetTimestampTz(pg::col(r, 3, &lease_null));
+            if (!lease_null && lease_until > a.now) break;  // cannot happen while we hold the head
             if (!lease_null && pg::col_int32(r, 4) >= a.q->max_attempts) {
                 // Its lease ran out on the last attempt: it is dead, the group
                 // moves on past it.
@@ -168,6 +168,9 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
     return (int)got;
 }
 
+// How many dead heads one call moves past before it gives up on the group.
+constexpr int kMaxHeadRounds = 8;
+
 // Claim the named group if its head is ready and free.
 // Reading and claiming write only WAL that needs no flush at commit besides
 // unlogged rows (see claim_round in claims.cpp): forgotten between
@@ -176,14 +179,14 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
 int claim_named_group(const ClaimArgs &a, Datum gkey) {
     uint64 wal = pg::wal_mark();
     int claimed = 0;
-    for (int round = 0; round < 8; ++round) {
+    for (int round = 0; round < kMaxHeadRounds; ++round) {
         Datum v[2] = {Int32GetDatum(a.q->queue_id), gkey};
         if (pg::run(s_group_head, v, nullptr) == 0) break;
         bool isnull, lease_null;
         int64 head = pg::col_int64(0, 1);
         if (!DatumGetBool(pg::col(0, 2, &isnull))) break;  // scheduled
-        TimestampTz lu = DatumGetTimestampTz(pg::col(0, 3, &lease_null));
-        if (!lease_null && lu > a.now) break;  // claimed
+        TimestampTz lease_until = DatumGetTimestampTz(pg::col(0, 3, &lease_null));
+        if (!lease_null && lease_until > a.now) break;  // claimed
         if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
             if (!pg::lock_item(head, false)) break;
             pg::wal_forget(wal);

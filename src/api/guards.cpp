@@ -61,7 +61,7 @@ Stmt s_abandon = {
 Stmt s_result = {"SELECT result FROM claim.guards WHERE key = $1 AND state = 'f'", 1, {TEXTOID},
                  nullptr};
 
-Stmt s_why = {"SELECT token, state FROM claim.guards WHERE key = $1", 1, {TEXTOID}, nullptr};
+Stmt s_guard_state = {"SELECT token, state FROM claim.guards WHERE key = $1", 1, {TEXTOID}, nullptr};
 
 struct KeyArg {
     text *t;
@@ -87,10 +87,10 @@ KeyArg key_arg(FunctionCallInfo fcinfo, int argno) {
 }
 
 // PC001 for a token that is not the running attempt of the key (SPI connected).
-[[noreturn]] void refuse(const KeyArg &k, int64 token) {
+[[noreturn]] void stale_guard_token(const KeyArg &k, int64 token) {
     Datum v[1] = {PointerGetDatum(k.t)};
     const char *detail;
-    if (pg::run(s_why, v, nullptr) == 0) {
+    if (pg::run(s_guard_state, v, nullptr) == 0) {
         detail = "No attempt of this key has begun.";
     } else {
         bool isnull;
@@ -162,7 +162,7 @@ PGCLAIM_FUNCTION(pgclaim_guard_finish) {
     Datum v[4] = {PointerGetDatum(k.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now()),
                   PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2)};
     char nulls[5] = {' ', ' ', ' ', PG_ARGISNULL(2) ? 'n' : ' ', '\0'};
-    if (pg::run(s_finish, v, nulls) == 0) refuse(k, token);
+    if (pg::run(s_finish, v, nulls) == 0) stale_guard_token(k, token);
     SPI_finish();
     PG_RETURN_VOID();
 }
@@ -175,7 +175,7 @@ PGCLAIM_FUNCTION(pgclaim_guard_abandon) {
     int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum v[3] = {PointerGetDatum(k.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
-    if (pg::run(s_abandon, v, nullptr) == 0) refuse(k, token);
+    if (pg::run(s_abandon, v, nullptr) == 0) stale_guard_token(k, token);
     SPI_finish();
     PG_RETURN_VOID();
 }

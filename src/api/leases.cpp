@@ -109,7 +109,7 @@ Stmt s_live_at = {
     "  AND h.expires_at > $4 AND NOT " RELEASED("h"),
     4, {TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID}, nullptr};
 
-Stmt s_why = {
+Stmt s_holder_state = {
     "SELECT CASE WHEN " RELEASED("h") " THEN '-infinity'::timestamptz ELSE h.expires_at END "
     "FROM claim.lease_holders h WHERE h.name = $1 AND h.token = $2",
     2, {TEXTOID, INT8OID}, nullptr};
@@ -157,10 +157,10 @@ int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
 }
 
 // PC001 for a token that does not hold the lease (SPI connected).
-[[noreturn]] void refuse(const NameArg &n, int64 token, TimestampTz now) {
+[[noreturn]] void stale_lease_token(const NameArg &n, int64 token, TimestampTz now) {
     Datum v[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
     const char *detail;
-    if (pg::run(s_why, v, nullptr) == 0) {
+    if (pg::run(s_holder_state, v, nullptr) == 0) {
         detail = "No holder of this lease carries the token: it is unknown, was released, or its "
                  "slot was granted again.";
     } else {
@@ -294,7 +294,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_renew) {
     TimestampTz now = pg::clock_now();
     Datum v[4] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(now + ttl_us),
                   TimestampTzGetDatum(now)};
-    if (pg::run(s_renew, v, nullptr) == 0) refuse(n, token, now);
+    if (pg::run(s_renew, v, nullptr) == 0) stale_lease_token(n, token, now);
     bool isnull;
     TimestampTz until = DatumGetTimestampTz(pg::col(0, 1, &isnull));
     SPI_finish();
@@ -324,7 +324,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_assert) {
     int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum fv[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
-    if (pg::run(s_find, fv, nullptr) == 0) refuse(n, token, pg::clock_now());
+    if (pg::run(s_find, fv, nullptr) == 0) stale_lease_token(n, token, pg::clock_now());
     int32 slot = pg::col_int32(0, 1);
     // Kept until the caller's transaction ends: no acquirer can grant this
     // slot before then, even if the lease runs out meanwhile.
@@ -332,7 +332,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_assert) {
     TimestampTz now = pg::clock_now();
     Datum v[4] = {PointerGetDatum(n.t), Int32GetDatum(slot), Int64GetDatum(token),
                   TimestampTzGetDatum(now)};
-    if (pg::run(s_live_at, v, nullptr) == 0) refuse(n, token, now);
+    if (pg::run(s_live_at, v, nullptr) == 0) stale_lease_token(n, token, now);
     SPI_finish();
     PG_RETURN_VOID();
 }
