@@ -172,6 +172,8 @@ export declare class Client {
   itemState(queue: string, id: string | number | bigint, options?: CallOptions & { wait?: Duration }): Promise<ItemState | null>;
   /** claim.queue_stats, for all queues or one. */
   stats(queue?: string | null, options?: CallOptions): Promise<QueueStats[]>;
+  /** Rows of claim.metrics(), as the server returns them. NotSupportedError without it. */
+  metrics(options?: CallOptions): Promise<Array<Record<string, unknown>>>;
   createQueue(queue: string, options?: CreateQueueOptions): Promise<void>;
   dropQueue(queue: string, options?: CallOptions): Promise<void>;
   /** Ends the pool if this Client created it. */

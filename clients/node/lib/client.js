@@ -97,6 +97,12 @@ class Client {
     }));
   }
 
+  /** Rows of claim.metrics() (per-queue counters since server start), where the server has it. */
+  async metrics(opts = {}) {
+    const { rows } = await this._query('SELECT * FROM claim.metrics()', [], opts, 'claim.metrics');
+    return rows;
+  }
+
   /** Creates a queue (an admin function). */
   async createQueue(queue, opts = {}) {
     await this._query(

@@ -358,3 +358,26 @@ test('Client: itemState waits for the outcome (when the server has it)', { timeo
   if (feats.result) assert.deepEqual(st.result, { answer: 42 });
   await client.dropQueue(queue);
 });
+
+test('a fast handler costs about one claim per `concurrency` jobs', { timeout: 30000 }, async () => {
+  const N = 800;
+  const queue = await newQueue('node_batch');
+  await client.enqueueBatch(queue, Array.from({ length: N }, (_, i) => ({ i })));
+  const worker = new Worker({ connectionString: DSN, queue, concurrency: 8, wait: 200, logger: quiet, handler: async () => null });
+  const running = worker.run();
+  await waitFor(() => worker.stats.completed === N, { what: 'all completions' });
+  await worker.stop();
+  await running;
+  assert.equal(worker.stats.claimed, N);
+  // Each claim asks for every free slot (8 here); a few come back short.
+  assert.ok(worker.stats.claimCalls <= N / 4, `${worker.stats.claimCalls} claim calls for ${N} jobs`);
+  const [s] = await client.stats(queue);
+  assert.equal(s.ready + s.claimed + s.dead, 0);
+  await client.dropQueue(queue);
+});
+
+test('Client.metrics: rows, or NotSupportedError on servers without claim.metrics', async () => {
+  const { rows: r } = await pool.query("SELECT count(*)::int AS n FROM pg_proc WHERE proname = 'metrics' AND pronamespace = 'claim'::regnamespace");
+  if (r[0].n > 0) assert.ok(Array.isArray(await client.metrics()));
+  else await assert.rejects(client.metrics(), require('..').NotSupportedError);
+});
