@@ -232,3 +232,119 @@ REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval,
 REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.pause(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.resume(text) FROM PUBLIC;
+
+-- Tokens that know their partition (docs/partitions.md). A token is
+-- partition * 2^53 + a value of claim.token_seq, the partition being
+-- pg_claim.partition of the database (0 by default: the token is the
+-- sequence value, as in 0.1.0). The sequence stops where its values would
+-- reach the partition bits.
+ALTER SEQUENCE claim.token_seq MAXVALUE 9007199254740991;
+
+CREATE FUNCTION claim.token_partition(token bigint)
+RETURNS integer
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'pgclaim_token_partition';
+
+-- ===========================================================================
+-- Roles: claim_producer, claim_worker, claim_admin (NOLOGIN; docs/roles.md).
+-- Roles belong to the cluster, not to a database: DROP EXTENSION leaves them
+-- (with no privileges left in that database), and a second database's
+-- install reuses them. A role of one of these names that already exists is
+-- reused only if it could have been made by this script: it must not log
+-- in, must have none of SUPERUSER, CREATEROLE, CREATEDB, REPLICATION and
+-- BYPASSRLS, and must not be a member of any role (everyone granted it would
+-- get that role's rights too). Anything else is refused, so the install
+-- never hands the extension's tables to an account someone prepared. (A role
+-- with CREATEROLE can, in PostgreSQL 15, grant itself any non-superuser role
+-- later anyway, these included: such roles must be trusted like admins.)
+-- The functions run with the caller's rights, so each role gets the table
+-- and sequence privileges its functions use, and no more.
+-- ===========================================================================
+DO $roles$
+DECLARE
+    rname text;
+    r record;
+BEGIN
+    FOREACH rname IN ARRAY ARRAY['claim_producer', 'claim_worker', 'claim_admin'] LOOP
+        SELECT a.oid, a.rolcanlogin, a.rolsuper, a.rolcreaterole, a.rolcreatedb,
+               a.rolreplication, a.rolbypassrls
+          INTO r
+          FROM pg_catalog.pg_roles a
+         WHERE a.rolname OPERATOR(pg_catalog.=) rname;
+        IF NOT FOUND THEN
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', rname);
+        ELSIF r.rolcanlogin OR r.rolsuper OR r.rolcreaterole OR r.rolcreatedb
+              OR r.rolreplication OR r.rolbypassrls THEN
+            RAISE EXCEPTION 'pg_claim: role "%" already exists and can log in or has role attributes', rname
+                USING ERRCODE = 'duplicate_object',
+                      HINT = pg_catalog.format('pg_claim grants its tables to %I: it must be NOLOGIN with no '
+                                               'attributes. Fix it (ALTER ROLE %I NOLOGIN NOSUPERUSER NOCREATEROLE '
+                                               'NOCREATEDB NOREPLICATION NOBYPASSRLS) or drop it, then retry.',
+                                               rname, rname);
+        ELSIF EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                       WHERE m.member OPERATOR(pg_catalog.=) r.oid) THEN
+            RAISE EXCEPTION 'pg_claim: role "%" already exists and is a member of other roles', rname
+                USING ERRCODE = 'duplicate_object',
+                      HINT = pg_catalog.format('Everyone granted %I would get those roles too. Revoke its '
+                                               'memberships or drop it, then retry.', rname);
+        END IF;
+    END LOOP;
+END
+$roles$;
+
+GRANT USAGE ON SCHEMA claim TO claim_producer, claim_worker, claim_admin;
+
+-- Producers: add items (also through enqueue_trigger on their own tables)
+-- and follow them. No cancel: items do not record who enqueued them.
+GRANT SELECT ON claim.queues TO claim_producer;
+GRANT SELECT, INSERT ON claim.items TO claim_producer;
+GRANT SELECT, INSERT ON claim.item_parents TO claim_producer;
+GRANT SELECT ON claim.claims, claim.finished, claim.finished_ring TO claim_producer;
+GRANT USAGE ON SEQUENCE claim.item_id_seq TO claim_producer;
+GRANT SELECT ON claim.queue_stats TO claim_producer;
+GRANT EXECUTE ON FUNCTION
+    claim.enqueue(text, jsonb, text, timestamptz, integer, text, bigint[]),
+    claim.enqueue_batch(text, jsonb[], text[], timestamptz, integer, bigint[]),
+    claim.item_state(text, bigint, interval),
+    claim.enqueue_trigger()
+  TO claim_producer;
+
+-- Workers: claim and finish items, groups, leases, once-only guards, cancel.
+GRANT SELECT ON claim.queues TO claim_worker;
+GRANT SELECT, UPDATE, DELETE ON claim.items TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON claim.claims TO claim_worker;
+GRANT SELECT, DELETE ON claim.item_parents TO claim_worker;
+GRANT SELECT, INSERT ON claim.finished TO claim_worker;
+GRANT SELECT ON claim.finished_ring TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON claim.lease_holders, claim.lease_released,
+                                        claim.once_keys, claim.guards TO claim_worker;
+GRANT USAGE, UPDATE ON SEQUENCE claim.token_seq TO claim_worker;
+GRANT SELECT ON claim.queue_stats, claim.claimed_items, claim.dead_items, claim.finished_items,
+                claim.blocked_groups, claim.leases TO claim_worker;
+GRANT EXECUTE ON FUNCTION
+    claim.claim_next(text, integer, interval, interval, text, bigint[]),
+    claim.complete(bigint, jsonb),
+    claim.complete(bigint[], boolean, jsonb[]),
+    claim.fail(bigint, text, interval),
+    claim.extend(bigint, interval),
+    claim.release(bigint),
+    claim.assert_token(bigint),
+    claim.group_claim(text, interval, text),
+    claim.cancel(text, bigint[]),
+    claim.item_state(text, bigint, interval),
+    claim.lease_acquire(text, interval, text, integer),
+    claim.lease_renew(text, bigint, interval),
+    claim.lease_release(text, bigint),
+    claim.lease_assert(text, bigint),
+    claim.once(text, interval),
+    claim.guard_begin(text, interval),
+    claim.guard_finish(text, bigint, jsonb),
+    claim.guard_abandon(text, bigint),
+    claim.guard_result(text)
+  TO claim_worker;
+
+-- Admins: everything in the schema that exists at this point of the script
+-- (objects created further down grant their own rights to claim_admin).
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA claim TO claim_admin;
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA claim TO claim_admin;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA claim TO claim_admin;

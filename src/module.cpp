@@ -1,5 +1,6 @@
 // The entry of the module: the magic block, _PG_init and the definitions of
 // the GUCs. The only file that knows every layer (see README, "Layout").
+#include "api/partition.hpp"
 #include "pg/pg.hpp"
 #include "shmem/shared.hpp"
 #include "worker/worker.hpp"
@@ -42,6 +43,13 @@ void define_gucs() {
         "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",
         "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,
         true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.partition", "The partition number of this database in a pg_claim cluster.",
+        "Every token handed out carries it in its high bits, so a front (pg_claim_proxy) routes "
+        "token calls by the token alone. Set it per database with ALTER DATABASE ... SET and "
+        "never lower it (docs/partitions.md).",
+        &pgclaim::api::guc_partition, 0, 0, pgclaim::token::kMaxPartition, PGC_SUSET, 0, nullptr,
+        nullptr, nullptr);
 }
 
 }  // namespace

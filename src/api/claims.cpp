@@ -16,6 +16,7 @@
 #include "api/hints.hpp"
 #include "api/arrays.hpp"
 #include "api/completion.hpp"
+#include "api/partition.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
@@ -210,7 +211,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 pg::unlock_item(id);  // not ours to hold
                 continue;
             }
-            int64 token = direct::next_token(t);
+            int64 token = api::make_token(direct::next_token(t));
             int32 attempt = has ? c.attempt + 1 : it.failures + 1;
             direct::claim_insert(t, id, q.queue_id, token, attempt, lease_until, now, worker,
                                  worker_null);

@@ -20,6 +20,7 @@
 // head is still the head and claimable and that each follower is claimable,
 // and claims the longest such prefix. Items not taken are unlocked.
 #include "api/hints.hpp"
+#include "api/partition.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
@@ -80,7 +81,7 @@ Stmt s_gclaim = {
     "), lim AS ("
     "  SELECT COALESCE(min(n) FILTER (WHERE NOT ok), 9223372036854775807) AS stop FROM cand"
     "), tok AS ("
-    "  SELECT pg_catalog.nextval('claim.token_seq') AS t FROM lim WHERE lim.stop > 1"
+    "  SELECT " PGCLAIM_NEXT_TOKEN_SQL " AS t FROM lim WHERE lim.stop > 1"
     "), ins AS ("
     "  INSERT INTO claim.claims AS c"
     "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"

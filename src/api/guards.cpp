@@ -13,6 +13,7 @@
 //    abandoned. An attempt whose lease ran out no longer blocks the key: the
 //    next guard_begin starts a new attempt and the old token becomes stale.
 //    Until then the old attempt may still finish or abandon.
+#include "api/partition.hpp"
 #include "api/shared.hpp"
 #include "core/lease_rules.hpp"
 
@@ -36,7 +37,7 @@ Stmt s_once = {
 
 Stmt s_begin = {
     "INSERT INTO claim.guards AS g (key, token, state, attempts, started_at, lease_until) "
-    "VALUES ($1, pg_catalog.nextval('claim.token_seq'), 'r', 1, $2, $3) "
+    "VALUES ($1, " PGCLAIM_NEXT_TOKEN_SQL ", 'r', 1, $2, $3) "
     "ON CONFLICT (key) DO UPDATE"
     "  SET token = EXCLUDED.token, state = 'r', attempts = g.attempts + 1,"
     "      started_at = EXCLUDED.started_at, lease_until = EXCLUDED.lease_until,"

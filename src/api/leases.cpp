@@ -22,6 +22,7 @@
 //    slot lock: a concurrent grant of the slot replaces the token, and
 //    UPDATE re-checks its condition on the latest row version;
 //  * every check reads the latest committed state (pg::run).
+#include "api/partition.hpp"
 #include "api/shared.hpp"
 #include "core/lease_rules.hpp"
 #include "shmem/wakeup.hpp"
@@ -66,7 +67,7 @@ Stmt s_holders = {
 // on the latest row version.
 Stmt s_take = {
     "UPDATE claim.lease_holders"
-    "  SET token = pg_catalog.nextval('claim.token_seq'), holder = $3, permits = $4,"
+    "  SET token = " PGCLAIM_NEXT_TOKEN_SQL ", holder = $3, permits = $4,"
     "      acquired_at = $5, expires_at = $6 "
     "WHERE name = $1 AND slot = $2 AND token = $7 AND (NOT $8 OR expires_at <= $5) "
     "RETURNING token",
@@ -77,7 +78,7 @@ Stmt s_take = {
 Stmt s_insert = {
     "INSERT INTO claim.lease_holders"
     "  (name, slot, token, holder, permits, acquired_at, expires_at) "
-    "VALUES ($1, $2, pg_catalog.nextval('claim.token_seq'), $3, $4, $5, $6) "
+    "VALUES ($1, $2, " PGCLAIM_NEXT_TOKEN_SQL ", $3, $4, $5, $6) "
     "ON CONFLICT (name, slot) DO NOTHING "
     "RETURNING token",
     6, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
