@@ -140,7 +140,7 @@ run_case() {
     local grown
     grown=$(cut -d'|' -f2 <<<"$row" | tr -d ' ')
     if [[ -n "$grown" ]] && (( grown < LIMIT )); then
-        pass "$label: $calls calls, memory contexts grew by $grown bytes ($(cut -d'|' -f3 <<<"$row" | tr -d ' ') s)"
+        pass "$label: $calls calls, memory contexts grew by $grown bytes ($(cut -d'|' -f3 <<<"$row" | tr -d ' ') s; by context: $(cut -d'|' -f4- <<<"$row" | sed 's/^ *//'))"
     else
         fail "$label: $calls calls, memory contexts grew by ${grown:-?} bytes (limit $LIMIT): $(cut -d'|' -f4- <<<"$row")"
     fi
