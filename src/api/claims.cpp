@@ -357,9 +357,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_extend) {
-    pg::require_arg(fcinfo, 0, "token");
-    pg::require_primary("claim.extend");
-    int64 token = PG_GETARG_INT64(0);
+    int64 token = api::token_arg(fcinfo, 0, "claim.extend");
     (void)lease_arg(fcinfo, 1);
     SPI_connect();
     lock_token_items(token);
@@ -374,9 +372,7 @@ PGCLAIM_FUNCTION(pgclaim_extend) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_release) {
-    pg::require_arg(fcinfo, 0, "token");
-    pg::require_primary("claim.release");
-    int64 token = PG_GETARG_INT64(0);
+    int64 token = api::token_arg(fcinfo, 0, "claim.release");
     SPI_connect();
     lock_token_items(token);
     Datum v[2] = {Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
@@ -390,9 +386,7 @@ PGCLAIM_FUNCTION(pgclaim_release) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_assert_token) {
-    pg::require_arg(fcinfo, 0, "token");
-    pg::require_primary("claim.assert_token");
-    int64 token = PG_GETARG_INT64(0);
+    int64 token = api::token_arg(fcinfo, 0, "claim.assert_token");
     SPI_connect();
     // The locks stay until the caller's transaction ends: no claimer can
     // take these items before then, even if the lease runs out meanwhile.

@@ -155,10 +155,8 @@ PGCLAIM_FUNCTION(pgclaim_guard_begin) {
 
 PGCLAIM_FUNCTION(pgclaim_guard_finish) {
     pg::require_arg(fcinfo, 0, "key");
-    pg::require_arg(fcinfo, 1, "token");
-    pg::require_primary("claim.guard_finish");
+    int64 token = api::token_arg(fcinfo, 1, "claim.guard_finish");
     KeyArg k = key_arg(fcinfo, 0);
-    int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum v[4] = {PointerGetDatum(k.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now()),
                   PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2)};
@@ -170,10 +168,8 @@ PGCLAIM_FUNCTION(pgclaim_guard_finish) {
 
 PGCLAIM_FUNCTION(pgclaim_guard_abandon) {
     pg::require_arg(fcinfo, 0, "key");
-    pg::require_arg(fcinfo, 1, "token");
-    pg::require_primary("claim.guard_abandon");
+    int64 token = api::token_arg(fcinfo, 1, "claim.guard_abandon");
     KeyArg k = key_arg(fcinfo, 0);
-    int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum v[3] = {PointerGetDatum(k.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     if (pg::run(s_abandon, v, nullptr) == 0) stale_guard_token(k, token);

@@ -304,10 +304,8 @@ PGCLAIM_FUNCTION(pgclaim_lease_renew) {
 
 PGCLAIM_FUNCTION(pgclaim_lease_release) {
     pg::require_arg(fcinfo, 0, "name");
-    pg::require_arg(fcinfo, 1, "token");
-    pg::require_primary("claim.lease_release");
+    int64 token = api::token_arg(fcinfo, 1, "claim.lease_release");
     NameArg n = name_arg(fcinfo, 0);
-    int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
     bool live = pg::run(s_release, v, nullptr) > 0;
@@ -319,10 +317,8 @@ PGCLAIM_FUNCTION(pgclaim_lease_release) {
 
 PGCLAIM_FUNCTION(pgclaim_lease_assert) {
     pg::require_arg(fcinfo, 0, "name");
-    pg::require_arg(fcinfo, 1, "token");
-    pg::require_primary("claim.lease_assert");
+    int64 token = api::token_arg(fcinfo, 1, "claim.lease_assert");
     NameArg n = name_arg(fcinfo, 0);
-    int64 token = PG_GETARG_INT64(1);
     SPI_connect();
     Datum fv[2] = {PointerGetDatum(n.t), Int64GetDatum(token)};
     if (pg::run(s_find, fv, nullptr) == 0) stale_lease_token(n, token, pg::clock_now());

@@ -309,6 +309,12 @@ void check_key_length(const text *key, const char *what) {
                   kMaxKeyBytes);
 }
 
+int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {
+    pg::require_arg(fcinfo, argno, "token");
+    pg::require_primary(fn);
+    return PG_GETARG_INT64(argno);
+}
+
 void unknown_queue(const char *name) {
     pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
               "queue \"%s\" does not exist", name);

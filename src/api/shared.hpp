@@ -99,6 +99,11 @@ void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until);
 // Kills what is left and records the hint for the next walk.
 void walk_end(ReadyWalk *w);
 
+// The checks a call taking a token (argument `argno`) starts with: the
+// token is not NULL (22004) and the server is a primary (25006, naming
+// `fn`). Returns the token.
+int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn);
+
 // PC001 for a token that is not a live claim.
 [[noreturn]] void stale_token(int64 token, const char *why);
 
