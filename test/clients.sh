@@ -41,7 +41,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 # --- 1. packages --------------------------------------------------------------
-PACKAGES=(python3 python3-psycopg python3-pytest pgbouncer util-linux iproute2)
+PACKAGES=(python3 python3-psycopg python3-pytest python3-pip python3-venv python3-setuptools
+          pgbouncer util-linux iproute2)
 missing=()
 for p in "${PACKAGES[@]}"; do
     if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
@@ -224,6 +225,18 @@ run_node() {   # $1 label, $2 dsn
     PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
     SUMMARY+=("node ($label): $p passed, $f failed")
 }
+
+# The package installs with pip from the folder, offline, next to Debian's psycopg.
+say "pip install clients/python (virtualenv with system site-packages, --no-index)"
+cp -r "$ROOT/clients/python" "$SCRATCH/pysrc"
+rm -rf "$SCRATCH/pysrc/build" "$SCRATCH"/pysrc/*.egg-info
+if "$PY" -m venv --system-site-packages "$SCRATCH/venv" &&
+   "$SCRATCH/venv/bin/pip" install -q --no-index --no-build-isolation "$SCRATCH/pysrc" &&
+   (cd "$SCRATCH" && "$SCRATCH/venv/bin/python" -c "import pg_claim, os; assert pg_claim.__file__.startswith('$SCRATCH/venv'); assert os.path.exists(os.path.join(os.path.dirname(pg_claim.__file__), 'py.typed'))"); then
+    PASSED=$((PASSED + 1)); SUMMARY+=("python: pip install: ok")
+else
+    FAILED=$((FAILED + 1)); SUMMARY+=("python: pip install: FAILED")
+fi
 
 if [[ -d "$ROOT/clients/python/tests" ]]; then
     run_python direct "$DIRECT"

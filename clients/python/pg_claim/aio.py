@@ -117,7 +117,7 @@ class AsyncWorker:
         self._stop = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
-        installed: List[int] = []
+        installed: List[signal.Signals] = []
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 try:
@@ -155,7 +155,9 @@ class AsyncWorker:
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
         kwargs = dict(self.connect_kwargs)
         kwargs.setdefault("prepare_threshold", 5 if self.prepare else None)
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kwargs)
+        conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
+            self.conninfo, autocommit=True, **kwargs)
+        return conn
 
     async def _start(self) -> None:
         for i in range(self.concurrency):

@@ -172,7 +172,7 @@ class Worker:
 
     def run(self) -> WorkerStats:
         """Run until stopped (signal, :meth:`stop`, ``burst``, ``max_jobs``)."""
-        old_handlers: Dict[int, Any] = {}
+        old_handlers: Dict[signal.Signals, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
@@ -546,8 +546,13 @@ class Worker:
     def _complete_now(self, slot: _Slot, token: int, result: Any) -> None:
         conn = slot.conn
         assert conn is not None
+
+        def run() -> None:
+            assert conn is not None
+            self._execute_complete(conn, token, result)
+
         try:
-            self._retrying(lambda: self._execute_complete(conn, token, result))
+            self._retrying(run)
             self._count("completed")
         except psycopg.Error as exc:
             if _sqlstate(exc) != STALE:
@@ -559,8 +564,13 @@ class Worker:
     def _fail_now(self, slot: _Slot, job: Job, error: str, retry_in: Any) -> None:
         conn = slot.conn
         assert conn is not None
+
+        def run() -> None:
+            assert conn is not None
+            conn.execute(FAIL_SQL, (job.token, error, retry_in))
+
         try:
-            self._retrying(lambda: conn.execute(FAIL_SQL, (job.token, error, retry_in)) and None)
+            self._retrying(run)
             self._count("retried" if retry_in is not None else "failed")
         except psycopg.Error as exc:
             if _sqlstate(exc) != STALE:

@@ -188,7 +188,7 @@ def test_transactional_reclaimed_by_other_worker(dsn: str, conn: "psycopg.Connec
         other.execute("SELECT claim.claim_next(%s)", (queue,))
         orig(slot, job)
 
-    worker._process_tx = delayed  # type: ignore[method-assign]
+    worker._process_tx = delayed  # type: ignore[assignment]
     stats = worker.run()
     other.close()
     assert calls == [] and stats.stale == 1
@@ -271,3 +271,31 @@ def test_stop_from_another_thread(dsn: str, client: pg_claim.Client, queue: str)
     worker.run()
     # The claims waiting in the server were cancelled, not waited out.
     assert time.monotonic() - t0 < 10
+
+
+def test_async_worker_stop_releases_after_grace(dsn: str, conn: "psycopg.Connection[Any]",
+                                                client: pg_claim.Client, queue: str) -> None:
+    items = client.enqueue_batch(queue, [{}, {}])
+    started: List[int] = []
+
+    async def handler(job: pg_claim.Job) -> None:
+        started.append(job.id)
+        await asyncio.sleep(60)
+
+    worker = pg_claim.AsyncWorker(dsn, queue, handler, concurrency=3, wait=30, grace=0.5)
+
+    async def main() -> pg_claim.WorkerStats:
+        task = asyncio.ensure_future(worker.run())
+        while len(started) < 2:
+            await asyncio.sleep(0.05)
+        # From another thread, as a signal handler or a supervisor would.
+        threading.Thread(target=worker.stop).start()
+        return await asyncio.wait_for(task, 15)
+
+    t0 = time.monotonic()
+    stats = asyncio.run(main())
+    assert time.monotonic() - t0 < 10
+    assert stats.released == 2 and stats.completed == 0
+    # Released: ready again at once, attempt not used up.
+    rows = conn.execute("SELECT id, attempt FROM claim.claim_next(%s, 2)", (queue,)).fetchall()
+    assert sorted(r[0] for r in rows) == sorted(items) and [r[1] for r in rows] == [1, 1]
