@@ -5,6 +5,7 @@
 #include "api/dependencies.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
+#include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 
 using namespace pgclaim;
@@ -18,6 +19,13 @@ Stmt s_create = {
     5, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID}, nullptr};
 
 Stmt s_drop = {"DELETE FROM claim.queues WHERE name = $1 RETURNING queue_id", 1, {TEXTOID}, nullptr};
+Stmt s_drop_parents = {
+    "SELECT DISTINCT p.parent_id FROM claim.item_parents p JOIN claim.items i ON i.id = p.parent_id "
+    "WHERE i.queue_id = $1 ORDER BY 1",
+    1, {INT4OID}, nullptr};
+Stmt s_drop_edges = {
+    "DELETE FROM claim.item_parents p USING claim.items i WHERE i.id = p.child_id AND i.queue_id = $1",
+    1, {INT4OID}, nullptr};
 Stmt s_drop_items = {"DELETE FROM claim.items WHERE queue_id = $1", 1, {INT4OID}, nullptr};
 Stmt s_drop_claims = {"DELETE FROM claim.claims WHERE queue_id = $1", 1, {INT4OID}, nullptr};
 
@@ -132,6 +140,18 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     if (pg::run(s_drop, v, nullptr) == 0) api::unknown_queue(name);
     Datum qid = Int32GetDatum(pg::col_int32(0, 1));
     Datum v2[1] = {qid};
+    // Items of other queues waiting for this queue's items are cancelled;
+    // this queue's waiting items lose their dependencies.
+    if (pg::lifecycle_catalog()) {
+        uint64 np = pg::run(s_drop_parents, v2, nullptr);
+        if (np > 0) {
+            int64 *parents = (int64 *)palloc(sizeof(int64) * np);
+            for (uint64 i = 0; i < np; ++i) parents[i] = pg::col_int64(i, 1);
+            pg::free_result();
+            pg::end_descendants(parents, (int)np, pg::kFinishedCancelled, pg::clock_now());
+        }
+        pg::run(s_drop_edges, v2, nullptr);
+    }
     pg::run(s_drop_items, v2, nullptr);
     pg::run(s_drop_claims, v2, nullptr);
     SPI_finish();

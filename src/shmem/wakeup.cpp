@@ -172,7 +172,8 @@ void xact_callback(XactEvent event, void *) {
             break;
         case XACT_EVENT_PREPARE:
             // Whoever commits the prepared transaction does not know what it
-            // made ready; waiters find it at their next timeout.
+            // made ready: COMMIT PREPARED wakes every waiter of the database
+            // (worker/database_hook.cpp).
             npending = 0;
             pending_launcher_poke = pending_worker_poke = false;
             break;

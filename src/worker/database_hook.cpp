@@ -8,6 +8,7 @@
 #include "worker/worker.hpp"
 
 #include "shmem/shared.hpp"
+#include "shmem/wakeup.hpp"
 
 extern "C" {
 #include "commands/dbcommands.h"
@@ -47,6 +48,7 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
     Node *stmt = pstmt->utilityStmt;
     const char *dbname = nullptr;
     bool is_drop = false;
+    bool wake_all = false;
     switch (nodeTag(stmt)) {
         case T_DropdbStmt:
             dbname = ((DropdbStmt *)stmt)->dbname;
@@ -70,6 +72,11 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
         case T_DropStmt:
             if (((DropStmt *)stmt)->removeType == OBJECT_EXTENSION) at_commit_poke(false, true);
             break;
+        case T_TransactionStmt:
+            // What a prepared transaction made ready is not known when it
+            // commits: every waiter of the database looks again.
+            wake_all = ((TransactionStmt *)stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+            break;
         default:
             break;
     }
@@ -84,6 +91,7 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
         else
             standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv,
                                     dest, qc);
+        if (wake_all) wake_all_waiters();
         return;
     }
     PG_TRY();

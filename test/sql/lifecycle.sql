@@ -176,6 +176,14 @@ SELECT pg_temp.try($$SELECT claim.enqueue('flow', '{}', after => ARRAY[1, NULL])
 SELECT pg_temp.try($$SELECT claim.enqueue('flow', '{}', after => ARRAY[[1], [2]])$$);
 SELECT claim.enqueue('flow', '{}', after => ARRAY[]::bigint[]) IS NOT NULL AS empty_after_is_ready;
 
+-- dropping a queue cancels the items of other queues that wait for its items
+SELECT claim.create_queue('doomed');
+SELECT claim.enqueue('doomed', '{}') AS dp \gset
+SELECT claim.enqueue('flow', '{"step": "orphan"}', after => ARRAY[:dp]) AS orphan \gset
+SELECT claim.drop_queue('doomed');
+SELECT (claim.item_state('flow', :orphan)).state AS orphan;
+SELECT count(*) AS edges_left FROM claim.item_parents WHERE parent_id = :dp OR child_id = :orphan;
+
 -- ---------------------------------------------------------------- claim_next(done)
 SELECT claim.create_queue('loop', lease => '1 hour', retain => '1 hour');
 SELECT claim.enqueue('loop', jsonb_build_object('n', g)) FROM generate_series(1, 3) g;
