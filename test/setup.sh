@@ -35,6 +35,9 @@ PACKAGES=(
     gnuplot-nox                                                 # bench plots
     util-linux passwd                                           # runuser, useradd
 )
+# >>> pg_claim_proxy (docs/partitions.md): PL/Proxy for the front
+PACKAGES+=(postgresql-15-plproxy)
+# <<< pg_claim_proxy
 missing=()
 for p in "${PACKAGES[@]}"; do
     # "install ok installed" is the only state that counts; half-configured
@@ -58,6 +61,10 @@ if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 ]]; then
     make -C "$ROOT" -j"$JOBS" PG_CONFIG="$PG_CONFIG"
     say "installing pg_claim"
     make -C "$ROOT" install PG_CONFIG="$PG_CONFIG"
+    # >>> pg_claim_proxy (docs/partitions.md): the front extension, SQL only
+    say "installing pg_claim_proxy"
+    make -C "$ROOT/proxy" install PG_CONFIG="$PG_CONFIG"
+    # <<< pg_claim_proxy
 fi
 
 # --- 3. the unprivileged user -------------------------------------------------
