@@ -15,11 +15,13 @@ SRCS = $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cpp))) src/module.cpp
 OBJS = $(SRCS:.cpp=.o)
 
 # Install and upgrade scripts. A released script is never edited: 0.1.0 is
-# installed as released, and everything since is in the upgrade script. A
-# fresh CREATE EXTENSION of the default version runs 0.1.0 and then the
-# upgrade (PostgreSQL chains them), so a fresh install and an updated one are
-# the same by construction; TAP test 007_upgrade compares their catalogs.
+# installed as released, and everything since is in the upgrade script. The
+# 0.2.0 install script is built from a guard (sql/install-guard.sql: refuse a
+# schema "claim" that another role controls), the 0.1.0 script and the
+# upgrade, so a fresh install and an updated one are the same; TAP test
+# 007_upgrade compares their catalogs.
 DATA         = sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql
+DATA_built   = sql/pg_claim--0.2.0.sql
 
 # Regression inputs test/sql/*.sql, outputs test/expected/*.out.
 REGRESS      = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
@@ -41,10 +43,17 @@ override with_llvm = no
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl
 
-EXTRA_CLEAN  = output_iso tmp_check tmp_check_iso results regression.diffs regression.out
+EXTRA_CLEAN  = sql/pg_claim--0.2.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql
+	{ echo '-- pg_claim 0.2.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql'; \
+	  echo '-- and sql/pg_claim--0.1.0--0.2.0.sql (edit those, not this file).'; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_claim" to load this file. \quit'; \
+	  cat sql/install-guard.sql; \
+	  sed '/^\\echo Use /d' sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql; } > $@
 
 # Every object depends on the headers of every layer.
 $(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))

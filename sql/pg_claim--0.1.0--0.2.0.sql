@@ -9,6 +9,24 @@
 
 \echo Use "ALTER EXTENSION pg_claim UPDATE TO '0.2.0'" to load this file. \quit
 
+-- Refuse to update into a schema "claim" that another role owns or may
+-- create objects in: what this script creates there could be shadowed or
+-- replaced by them.
+DO $pg_claim_update_guard$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+               WHERE n.nspname OPERATOR(pg_catalog.=) 'claim'
+                 AND (pg_catalog.pg_get_userbyid(n.nspowner) OPERATOR(pg_catalog.<>) CURRENT_USER
+                      OR EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a
+                                 WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                                   AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner))) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'schema "claim" is owned by another role, or other roles may create objects in it',
+            HINT = 'Make the updating role the owner of schema claim and revoke CREATE on it from others, then update again.';
+    END IF;
+END
+$pg_claim_update_guard$;
+
 -- ---------------------------------------------------------------------------
 -- Removed: claim._lock_item. It had no caller, and being executable by
 -- PUBLIC it let any role with USAGE on the schema take item locks that
@@ -348,3 +366,70 @@ GRANT EXECUTE ON FUNCTION
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA claim TO claim_admin;
 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA claim TO claim_admin;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA claim TO claim_admin;
+
+-- ===========================================================================
+-- Recurring schedules (docs/schedules.md): claim.schedule, claim.unschedule,
+-- claim.cron_next, view claim.schedules. The database's worker enqueues one
+-- item per due schedule and moves next_run on, in one transaction.
+-- ===========================================================================
+
+CREATE TABLE claim.schedule_defs (
+    schedule_id  bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name         text COLLATE "C" NOT NULL UNIQUE,
+    cron         text NOT NULL,
+    -- The zone's name as PostgreSQL spells it (pg_tzset).
+    timezone     text NOT NULL,
+    -- Dropping the queue drops its schedules.
+    queue_id     integer NOT NULL REFERENCES claim.queues (queue_id) ON DELETE CASCADE,
+    payload      jsonb NOT NULL DEFAULT '{}',
+    group_key    text COLLATE "C",
+    priority     integer NOT NULL DEFAULT 0,
+    -- The next tick to fire ('infinity' when the zone is no longer known).
+    next_run     timestamptz NOT NULL,
+    last_run     timestamptz,
+    last_item    bigint,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+-- The worker's look for due schedules.
+CREATE INDEX schedule_defs_next_run ON claim.schedule_defs (next_run);
+
+CREATE VIEW claim.schedules AS
+SELECT s.name, s.cron, s.timezone, q.name AS queue, s.next_run, s.last_run, s.last_item,
+       s.payload, s.group_key, s.priority
+FROM claim.schedule_defs s
+JOIN claim.queues q ON q.queue_id = s.queue_id;
+
+CREATE FUNCTION claim.schedule(name text,
+                               cron text,
+                               queue text,
+                               payload jsonb DEFAULT '{}',
+                               group_key text DEFAULT NULL,
+                               priority integer DEFAULT 0,
+                               timezone text DEFAULT 'UTC')
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_schedule';
+
+CREATE FUNCTION claim.unschedule(name text)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_unschedule';
+
+-- The first tick of a cron expression in a zone strictly after `after`.
+CREATE FUNCTION claim.cron_next(cron text,
+                                after timestamptz DEFAULT pg_catalog.clock_timestamp(),
+                                timezone text DEFAULT 'UTC')
+RETURNS timestamptz
+LANGUAGE c STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_cron_next';
+
+REVOKE ALL ON claim.schedule_defs, claim.schedules FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.unschedule(text) FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.schedule_defs TO claim_admin;
+GRANT SELECT ON claim.schedules TO claim_admin;
+GRANT EXECUTE ON FUNCTION claim.schedule(text, text, text, jsonb, text, integer, text),
+                          claim.unschedule(text) TO claim_admin;
