@@ -6,6 +6,7 @@
 
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
+#include "pg/schedule_fire.hpp"
 #include "shmem/wakeup.hpp"
 
 extern "C" {
@@ -239,6 +240,8 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         // The other expired claims: their items are claimable again.
         Datum v[2] = {TimestampTzGetDatum(now), TimestampTzGetDatum(*last_expiry)};
         int64 expired = add_counts(ready, pg::run(s_expired, v, nullptr), now, nullptr);
+        // Due schedules enqueue their items (claim.enqueue wakes claimers at commit).
+        (void)pg::fire_schedules(now, next);
         if (have_leases()) lease_duties(slot, now, *last_expiry, next);
         // Finished items past their queue's retention go (the history ring
         // moves on; dead items are deleted).
