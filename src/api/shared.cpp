@@ -1,4 +1,5 @@
-// Helpers shared by the SQL surfaces in src/api.
+// Queue lookup and the backend's caches of queues, shared by the SQL
+// surfaces in src/api; also their common argument checks.
 #include "api/shared.hpp"
 #include "shmem/frontier.hpp"
 
@@ -49,8 +50,14 @@ ProducerQueues &producer_queues() {
     static ProducerQueues c;
     return c;
 }
-void register_xact_callbacks();
 }  // namespace
+
+void forget_producer_queues() noexcept {
+    try {
+        producer_queues().clear();
+    } catch (...) {
+    }
+}
 
 QueueInfo lookup_queue_cached(const char *name) {
     sync_caches();
@@ -114,205 +121,11 @@ void forget_queues() {
     });
 }
 
-namespace {
-// 2^32: more tokens than a server could hand out between two WAL flushes.
-pg::Stmt s_token_jump = {
-    "SELECT pg_catalog.setval('claim.token_seq',"
-    "                         pg_catalog.nextval('claim.token_seq') + 4294967296)",
-    0, {}, nullptr};
-}  // namespace
-
-void before_tokens() {
-    if (!shmem::preloaded() || shmem::tokens_fenced()) return;
-    pg::run(s_token_jump, nullptr, nullptr);
-    pg::flush_token_wal();
-    shmem::mark_tokens_fenced();
-}
-
-void after_tokens() {
-    if (!shmem::preloaded()) pg::flush_token_wal();
-}
-
-void promote_due(int32 queue_id, TimestampTz now) {
-    TimestampTz next;
-    if (pg::promote_queue(queue_id, now, &next) > 0) forget_hints(queue_id);
-    pg::pure([&] {
-        promote_schedule().checked(queue_id, now,
-                                   next == DT_NOEND ? std::nullopt : std::optional<int64_t>(next));
-    });
-}
-
-void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now) {
-    w->queue_id = queue_id;
-    w->max_attempts = max_attempts;
-    w->now = now;
-    w->from_head = true;
-    w->start = ScanPos{0, 0};
-    w->start_expires = PG_INT64_MAX;
-    ScanPos start = w->start;
-    bool from_head = true;
-    int64 own_expires = PG_INT64_MAX;
-    pg::pure([&] {
-        int64_t e = INT64_MAX;
-        if (auto s = hints().start(queue_id, now, &e)) {
-            start = *s;
-            from_head = false;
-            own_expires = e;
-        }
-    });
-    // What this walk publishes holds no longer than where it started.
-    w->start_expires = own_expires;
-    // Between its own walks from the head, a backend starts at the shared
-    // frontier when that is further on (see worker/frontier.hpp).
-    ScanPos f;
-    TimestampTz f_expires;
-    if (!from_head &&
-        shmem::frontier_get(pg::direct::items_relid(), queue_id, now, &f, &f_expires) &&
-        (f.ord > start.ord || (f.ord == start.ord && f.id > start.id))) {
-        start = f;
-        w->start_expires = f_expires;
-    }
-    w->start = start;
-    w->from_head = from_head;
-    w->hint_have = w->hint_done = false;
-    w->hint_pos = start;
-    w->claims_end = PG_INT64_MAX;
-    w->walk_us = 0;
-    w->t0 = GetCurrentTimestamp();
-    w->dead_cap = 16;
-    w->ndead = 0;
-    w->dead = (int64 *)palloc(sizeof(int64) * w->dead_cap);
-    w->advanced = false;
-}
-
-bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt) {
-    bool live = has_claim && lease_until > w->now;
-    if (!w->hint_done) {
-        // The next walk may start at the first item that is not under a
-        // live claim; the claims passed over bound how long.
-        w->hint_pos = pos;
-        w->hint_have = true;
-        if (live) {
-            if (lease_until < w->claims_end) w->claims_end = lease_until;
-        } else {
-            w->hint_done = true;
-            w->walk_us = GetCurrentTimestamp() - w->t0;  // what reaching it cost
-        }
-    }
-    if (live) return false;
-    if (has_claim && attempt >= w->max_attempts) {
-        if (pg::lock_item(pos.id, false)) {
-            if (w->ndead == w->dead_cap) {
-                w->dead_cap *= 2;
-                w->dead = (int64 *)repalloc(w->dead, sizeof(int64) * w->dead_cap);
-            }
-            w->dead[w->ndead++] = pos.id;
-        }
-        return false;
-    }
-    return true;
-}
-
-namespace {
-// Queues whose hints moved past items claimed in the open transaction; on
-// abort they are forgotten, and so are the producers' cached queue ids (a
-// queue created by the aborted transaction is gone).
-constexpr int kMaxAdvanced = 16;
-int32 advanced_queues[kMaxAdvanced];
-int nadvanced;
-bool advanced_overflow;
-Oid advanced_items;  // claim.items when they were noted
-
-// Called from transaction callbacks: must not raise.
-void forget_on_abort() noexcept {
-    try {
-        producer_queues().clear();
-        if (advanced_overflow) hints().forget_all();
-        for (int i = 0; i < nadvanced; ++i) hints().forget(advanced_queues[i]);
-    } catch (...) {
-    }
-    for (int i = 0; i < nadvanced; ++i)
-        shmem::frontier_forget(advanced_items, advanced_queues[i]);
-    nadvanced = 0;
-    advanced_overflow = false;
-}
-
-void on_xact_end(XactEvent event, void *) {
-    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) {
-        forget_on_abort();
-    } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-               event == XACT_EVENT_PREPARE) {
-        nadvanced = 0;
-        advanced_overflow = false;
-    }
-}
-
-void on_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (event == SUBXACT_EVENT_ABORT_SUB) forget_on_abort();
-}
-
-void register_xact_callbacks() {
-    static bool registered = false;
-    if (!registered) {
-        RegisterXactCallback(on_xact_end, nullptr);
-        RegisterSubXactCallback(on_subxact_end, nullptr);
-        registered = true;
-    }
-}
-
-void note_advanced(int32 queue_id) {
-    register_xact_callbacks();
-    advanced_items = pg::direct::items_relid();
-    for (int i = 0; i < nadvanced; ++i)
-        if (advanced_queues[i] == queue_id) return;
-    if (nadvanced == kMaxAdvanced)
-        advanced_overflow = true;
-    else
-        advanced_queues[nadvanced++] = queue_id;
-}
-}  // namespace
-
-void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
-    if (!w->hint_have || !(w->hint_pos == pos)) return;
-    w->hint_pos = ScanPos{pos.ord, pos.id + 1};  // (ord, id) >= this: strictly after
-    if (lease_until < w->claims_end) w->claims_end = lease_until;
-    w->advanced = true;
-}
-
-void walk_kill_dead(ReadyWalk *w) {
-    (void)pg::kill_dead(w->dead, w->ndead, w->now);
-    w->ndead = 0;
-}
-
-void walk_end(ReadyWalk *w) {
-    walk_kill_dead(w);
-    if (!w->hint_done) w->walk_us = GetCurrentTimestamp() - w->t0;
-    // A position reached from the shared frontier holds only as long as
-    // the frontier did.
-    if (w->start_expires < w->claims_end) w->claims_end = w->start_expires;
-    if (w->advanced) note_advanced(w->queue_id);
-    ReadyWalk c = *w;
-    pg::pure([&] {
-        hints().record(c.queue_id, c.from_head,
-                       c.hint_have ? std::optional<ScanPos>(c.hint_pos) : std::nullopt, c.walk_us,
-                       c.now, c.claims_end);
-    });
-    if (c.hint_have)
-        shmem::frontier_put(pg::direct::items_relid(), c.queue_id, c.hint_pos, c.now,
-                             c.claims_end);
-}
-
 void check_key_length(const text *key, const char *what) {
     size_t len = VARSIZE_ANY_EXHDR(key);
     if (len == 0 || len > (size_t)kMaxKeyBytes)
         pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "%s must be 1 to %d bytes long", what,
                   kMaxKeyBytes);
-}
-
-int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {
-    pg::require_arg(fcinfo, argno, "token");
-    pg::require_primary(fn);
-    return PG_GETARG_INT64(argno);
 }
 
 void unknown_queue(const char *name) {
@@ -331,15 +144,6 @@ bool wait_for_items(int32 queue_id, TimestampTz deadline) {
 void forget_hints(int32 queue_id) {
     pg::pure([&] { hints().forget(queue_id); });
     shmem::frontier_forget(pg::direct::items_relid(), queue_id);
-}
-
-void stale_token(int64 token, const char *why) {
-    pg::error({pg::kStaleToken,
-               "The lease expired, or the item was re-claimed, completed, failed or released. "
-               "Discard this worker's result; the item is (or will be) delivered again under a "
-               "new token.",
-               why},
-              "token %lld is not a live claim", (long long)token);
 }
 
 }  // namespace pgclaim::api

@@ -41,6 +41,13 @@ void sync_caches();
 // datum, `cname` the same as a C string.
 int32 producer_queue(void *direct_tables, Datum name, const char *cname);
 
+// The abort callbacks of ready_walk.cpp, registered once per backend: on
+// abort they forget the hints of queues whose walks moved past items the
+// transaction claimed, and the producers' cached queue ids (queue.cpp's
+// cache: a queue created by the aborted transaction is gone). No raise.
+void register_xact_callbacks();
+void forget_producer_queues() noexcept;
+
 // Scan hints of this backend (see core/scan_hint.hpp).
 void forget_hints(int32 queue_id);
 
