@@ -49,7 +49,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     // What this walk publishes holds no longer than where it started.
     w->start_expires = own_expires;
     // Between its own walks from the head, a backend starts at the shared
-    // frontier when that is further on (see worker/frontier.hpp).
+    // frontier when that is further on (see shmem/frontier.hpp).
     ScanPos f;
     TimestampTz f_expires;
     if (!from_head &&

@@ -1,7 +1,8 @@
-// Server layer: the only place (with src/api and src/worker, which include
-// this header) that talks to PostgreSQL. Files in src/core never include it.
+// Server layer: the base of every layer that talks to PostgreSQL (pg,
+// shmem, api, worker; see src/core/error.hpp for the order). Files in
+// src/core never include it.
 //
-// Rules for every function in src/pg, src/api and src/worker:
+// Rules for every function outside src/core:
 //  * a frame that calls anything that can raise (palloc, SPI, locks,
 //    CHECK_FOR_INTERRUPTS) holds only plain data: no std::string, no
 //    containers, no RAII objects;
@@ -151,7 +152,7 @@ void flush_token_wal();
 // A transaction that wrote WAL waits at commit until that WAL is on disk.
 // Some WAL needs no such wait: heap pruning and hint records written while
 // reading, and the token sequence's prefetch record (tokens are protected by
-// the jump at startup or by flush_token_wal, see shared.cpp). A claim writes
+// the jump at startup or by flush_token_wal, see api/tokens.cpp). A claim writes
 // only such WAL besides its unlogged claim rows, so wrapping it in
 // wal_mark()/wal_forget() lets it commit asynchronously, as PostgreSQL
 // commits a read-only transaction that pruned a page. The commit record

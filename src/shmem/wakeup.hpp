@@ -70,7 +70,7 @@ uint64 queue_changes();
 // True when the library was preloaded (shared memory and worker available).
 bool preloaded();
 
-// Tokens after a crash (src/api/shared.cpp, secure_tokens): the first grant
+// Tokens after a crash (src/api/tokens.cpp, before_tokens): the first grant
 // in a database after shared memory was set up (server start, crash restart)
 // moves the token sequence far ahead, durably; later grants need no flush.
 // tokens_fenced() tells whether that happened for MyDatabaseId; without the
