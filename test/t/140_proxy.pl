@@ -1,0 +1,329 @@
+# pg_claim over four partitions behind a PL/Proxy front (pg_claim_proxy,
+# docs/partitions.md): routing by the documented hash, tokens that route
+# back, SQLSTATEs through the front, waits woken and cancelled through the
+# front, fencing of leases, once and guards, a stopped partition, and 8
+# workers draining 16 queues through the front with every item exactly once.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(usleep);
+
+my $P = 4;
+my $ITEMS = $ENV{PGCLAIM_PROXY_ITEMS} // 100000;
+
+# FNV-1a, 32 bits, over the bytes of the key: the routing hash the docs
+# define, computed here independently of the front's claim.route_hash.
+sub fnv1a
+{
+	my ($s) = @_;
+	my $h = 0x811c9dc5;
+	$h = (($h ^ $_) * 16777619) & 0xffffffff for unpack('C*', $s);
+	return $h;
+}
+sub part_of { return fnv1a($_[0]) & ($P - 1); }
+
+# ------------------------------------------------------------------ clusters
+my @parts;
+for my $k (0 .. $P - 1)
+{
+	my $n = PostgreSQL::Test::Cluster->new("part$k");
+	$n->init;
+	$n->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'pg_claim'\nmax_connections = 40\n");
+	$n->start;
+	$n->safe_psql('postgres', qq{
+		CREATE EXTENSION pg_claim;
+		ALTER DATABASE postgres SET pg_claim.partition = $k;
+	});
+	push @parts, $n;
+}
+
+my $front = PostgreSQL::Test::Cluster->new('front');
+$front->init;
+$front->append_conf('postgresql.conf', "max_connections = 40\n");
+$front->start;
+my $opts = join(', ',
+	map { sprintf("p%d 'host=%s port=%d dbname=postgres connect_timeout=2'",
+			$_, $parts[$_]->host, $parts[$_]->port) } 0 .. $P - 1);
+my $user = $front->safe_psql('postgres', 'SELECT current_user');
+$front->safe_psql('postgres', qq{
+	CREATE EXTENSION pg_claim_proxy CASCADE;
+	CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($opts);
+	CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$user');
+	CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS \$\$
+	BEGIN
+		EXECUTE q;
+		RETURN 'ok';
+	EXCEPTION WHEN OTHERS THEN
+		RETURN SQLSTATE;
+	END \$\$;
+});
+
+sub f { return $front->safe_psql('postgres', $_[0]); }
+sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
+
+# ------------------------------------------------------------------- routing
+for my $key ('', 'a', 'foobar', 'q7', "k\xc3\xb6ln-\xc3\xbc")
+{
+	my $h = fnv1a($key);
+	$h -= 4294967296 if $h >= 2147483648;
+	is(f("SELECT claim.route_hash('$key')"), $h, "route_hash('$key') is FNV-1a of its UTF-8 bytes");
+}
+is(fnv1a('a'), 0xe40c292c, 'the reference FNV-1a gives the published value for "a"');
+
+my @queues = map { "q$_" } 0 .. 15;
+my @drain = map { "d$_" } 0 .. 15;
+f(join('', map { "SELECT claim.create_queue('$_', lease => '5 minutes');\n" } @queues));
+my %seen;
+for my $q (@queues)
+{
+	my $want = part_of($q);
+	$seen{$want}++;
+	my @where = grep { on($_, "SELECT count(*) FROM claim.queues WHERE name = '$q'") == 1 }
+	  0 .. $P - 1;
+	is("@where", $want, "queue $q lives on partition $want only");
+}
+is(scalar(keys %seen), $P, 'the 16 queues spread over all 4 partitions');
+
+# -------------------------------------------------------- tokens route back
+for my $q ('q0', 'q1', 'q2', 'q3')
+{
+	my $k = part_of($q);
+	f(qq{SELECT claim.alter_queue('$q', retain => '1 hour')});
+	my $id = f("SELECT claim.enqueue('$q', '{\"n\": 1}')");
+	my ($cid, $tok) = split /\|/, f("SELECT id, token FROM claim.claim_next('$q')");
+	is($cid, $id, "$q: the item enqueued through the front is claimed through it");
+	is(f("SELECT claim.token_partition($tok)"), $k, "$q: its token carries partition $k");
+	is(on($k, "SELECT count(*) FROM claim.claims WHERE token = $tok AND item_id = $id"),
+		1, "$q: the partition holds the claim under that token");
+	is(f("SELECT claim.extend($tok, '10 minutes') > now()"), 't', "$q: extend routes by token");
+	is(f("SELECT claim.complete($tok, '{\"ok\": true}')"), 1, "$q: complete(token) through the front");
+	is(f("SELECT state || ' ' || result::text FROM claim.item_state('$q', $id)"),
+		'completed {"ok": true}', "$q: the item is completed with its result");
+	is(on($k, "SELECT count(*) FROM claim.claims WHERE token = $tok"), 0,
+		"$q: no claim is left on partition $k");
+	is(f("SELECT sqlstate_of('SELECT claim.complete($tok)')"), 'PC001',
+		"$q: the stale token gives PC001 through the front");
+}
+my ($ret, $out, $err) = $front->psql('postgres', 'SELECT claim.complete(12345)',
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reaches the client');
+
+# fail and release route by token; array complete of one partition is atomic
+{
+	my $ids = f(q{SELECT count(*) FROM claim.enqueue_batch('q5', ARRAY['{}','{}','{}']::jsonb[])});
+	is($ids, 3, 'enqueue_batch through the front');
+	my @t = split /\n/, f(q{SELECT token FROM claim.claim_next('q5', 3)});
+	is(scalar(@t), 3, 'three claimed');
+	is(f("SELECT claim.fail($t[0], 'boom', '0')"), 1, 'fail through the front');
+	is(f("SELECT claim.release($t[1])"), 1, 'release through the front');
+	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$t[2], $t[1]])')"), 'PC001',
+		'a batch with a stale token: PC001, nothing completed');
+	is(f("SELECT claim.complete(ARRAY[$t[2]])"), 1, 'its live token still completes');
+	f(q{SELECT claim.enqueue('q2')});
+	my $other = f(q{SELECT token FROM claim.claim_next('q2')});
+	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$t[2], $other])')"), '22023',
+		'tokens of two partitions in one batch: 22023');
+	is(f("SELECT claim.complete($other)"), 1, 'the other partition completes its own');
+}
+
+# views and item_state answered from all partitions
+is(f(q{SELECT count(*) FROM claim.queue_stats}), 16, 'queue_stats: every queue of every partition');
+is(f(q{SELECT count(DISTINCT datid::text || pid) >= 4 FROM claim.worker_status()}), 't',
+	'worker_status: the workers of every partition');
+
+# ------------------------------------------------------------- waits
+sub bg
+{
+	my ($sql) = @_;
+	my ($in, $o, $e) = ('', '', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $front->connstr('postgres'),
+		  '-c', $sql ],
+		'<', \$in, '>', \$o, '2>', \$e);
+	return [ $h, \$o, \$e ];
+}
+
+sub waiters
+{
+	my ($k) = @_;
+	return on($k, q{SELECT count(*) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND state = 'active'
+		  AND query LIKE '%claim_next%' AND pid <> pg_backend_pid()});
+}
+
+my $wq = 'q6';
+my $wk = part_of($wq);
+my $w = bg(qq{SELECT payload->>'w' FROM claim.claim_next('$wq', wait => '60 s')});
+ok($parts[$wk]->poll_query_until('postgres', qq{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND state = 'active' AND query LIKE '%claim_next%'
+	  AND pid <> pg_backend_pid()}),
+	'claim_next(wait) through the front waits on the partition');
+f(qq{SELECT claim.enqueue('$wq', '{"w": "woken"}')});
+$w->[0]->finish;
+is(${ $w->[1] }, "woken\n", 'an enqueue through the front wakes the waiter with its item');
+f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+
+# pg_cancel_backend on the front ends the wait on the partition
+$w = bg(qq{SELECT count(*) FROM claim.claim_next('$wq', wait => '60 s')});
+ok($front->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND query LIKE '%claim_next%wait%'
+	  AND pid <> pg_backend_pid()}), 'a second waiter');
+ok($parts[$wk]->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND state = 'active' AND query LIKE '%claim_next%'
+	  AND pid <> pg_backend_pid()}),
+	'it waits on the partition');
+f(q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND query LIKE '%claim_next%wait%'
+	  AND pid <> pg_backend_pid()});
+$w->[0]->finish;
+like(${ $w->[2] }, qr/canceling statement due to user request/, 'the front session is cancelled');
+ok($parts[$wk]->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND state = 'active' AND query LIKE '%claim_next%'
+	  AND pid <> pg_backend_pid()}), 'no waiter lingers on the partition after a cancel');
+
+# statement_timeout on the front does the same
+($ret, $out, $err) = $front->psql('postgres',
+	qq{SET statement_timeout = '1s'; SELECT count(*) FROM claim.claim_next('$wq', wait => '60 s')});
+like($err, qr/statement timeout/, 'statement_timeout on the front ends the wait');
+ok($parts[$wk]->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND state = 'active' AND query LIKE '%claim_next%'
+	  AND pid <> pg_backend_pid()}), 'no waiter lingers on the partition after the timeout');
+is(f(qq{SELECT claim.enqueue('$wq', '{"w": "after"}') > 0}), 't', 'the queue works after the cancels');
+is(f(qq{SELECT count(*) FROM claim.claim_next('$wq')}), 1, 'and its item is claimable');
+f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+
+# ------------------------------------------- fencing: leases, once, guards
+# Two front sessions: the fixture (f) and a second psql (bg2).
+{
+	my $lk = part_of('L');
+	my $t1 = f(q{SELECT claim.lease_acquire('L', '2 s', 'one')});
+	ok($t1 > 0, 'lease granted through the front');
+	is(f("SELECT claim.token_partition($t1)"), $lk, 'the lease token carries the partition of its name');
+	my ($r2, $o2) = $front->psql('postgres', q{SELECT claim.lease_acquire('L', '30 s', 'two')});
+	is($o2, '', 'a second session is refused while the lease is held');
+	my $t2;
+	for (1 .. 100)
+	{
+		(undef, $t2) = $front->psql('postgres', q{SELECT claim.lease_acquire('L', '30 s', 'two')});
+		last if $t2;
+		usleep(100_000);
+	}
+	ok($t2 && $t2 > $t1, 'after the expiry the second session gets a higher token');
+	is(f("SELECT sqlstate_of('SELECT claim.lease_renew(''L'', $t1, ''10 s'')')"), 'PC001',
+		'the old holder cannot renew: PC001');
+	is(f("SELECT sqlstate_of('SELECT claim.lease_assert(''L'', $t1)')"), 'PC001',
+		'nor pass lease_assert');
+	is(f("SELECT sqlstate_of('SELECT claim.lease_assert(''L'', $t2)')"), 'ok',
+		'the new holder passes lease_assert');
+	is(f("SELECT claim.lease_release('L', $t2)"), 't', 'and releases');
+	is(on($lk, q{SELECT count(*) FROM claim.lease_holders WHERE name = 'L'}), 1,
+		'the lease lives on the partition of its name');
+
+	is(f(q{SELECT claim.once('k', '1 hour')}), 't', 'once: the first session wins');
+	my (undef, $o3) = $front->psql('postgres', q{SELECT claim.once('k', '1 hour')});
+	is($o3, 'f', 'once: the second session loses');
+	is(on(part_of('k'), q{SELECT count(*) FROM claim.once_keys WHERE key = 'k'}), 1,
+		'the once key lives on the partition of its key');
+
+	my $g1 = f(q{SELECT claim.guard_begin('gk', '1 s')});
+	my $g2;
+	for (1 .. 100)
+	{
+		(undef, $g2) = $front->psql('postgres', q{SELECT claim.guard_begin('gk', '30 s')});
+		last if $g2;
+		usleep(100_000);
+	}
+	ok($g2 && $g2 > $g1, 'guard: a new attempt after the lease gets a higher token');
+	is(f("SELECT sqlstate_of('SELECT claim.guard_finish(''gk'', $g1, ''1'')')"), 'PC001',
+		'guard: the old attempt cannot finish');
+	f(qq{SELECT claim.guard_finish('gk', $g2, '{"r": 2}')});
+	is(f(q{SELECT claim.guard_result('gk')}), '{"r": 2}', 'guard: the new attempt finished');
+}
+
+# --------------------------------------------------- one partition stopped
+{
+	my $down = part_of('q0');
+	my ($up_q) = grep { part_of($_) != $down } @queues;
+	$parts[$down]->stop('fast');
+	is(f(qq{SELECT claim.enqueue('$up_q', '{}') > 0}), 't',
+		"partition $down stopped: $up_q on another partition still works");
+	my $t0 = time;
+	($ret, $out, $err) = $front->psql('postgres', q{SELECT claim.enqueue('q0', '{}')});
+	isnt($ret, 0, 'a call for the stopped partition fails');
+	like($err, qr/claim\.enqueue.*(connection to server|could not connect|No such file)/s,
+		'with an error that names the function and the failed connection');
+	note('failed after ' . (time - $t0) . ' s');
+	$parts[$down]->start;
+	my $ok = 0;
+	for (1 .. 50)
+	{
+		my ($r) = $front->psql('postgres', q{SELECT claim.enqueue('q0', '{}')});
+		if ($r == 0) { $ok = 1; last; }
+		usleep(100_000);
+	}
+	ok($ok, 'calls for the partition work again once it is back');
+	is(f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('q0', 10)))}), 1,
+		'and its queue is served');
+	f(qq{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
+}
+
+# ------------------------------------------------- 8 workers, 16 queues
+f(join('', map { "SELECT claim.create_queue('$_', lease => '5 minutes');\n" } @drain));
+my $per = int($ITEMS / 16);
+my $total = $per * 16;
+f(join('', map {
+	"SELECT count(*) FROM claim.enqueue_batch('$_', ARRAY(SELECT jsonb_build_object('q', '$_', 'i', g) FROM generate_series(1, $per) g));\n"
+} @drain));
+f(q{CREATE TABLE done (queue text NOT NULL, id bigint NOT NULL, token bigint NOT NULL)});
+is(f(q{SELECT sum(ready) FROM claim.queue_stats WHERE queue LIKE 'd%'}), $total, "$total items over 16 queues");
+
+my $script = "${PostgreSQL::Test::Utils::tmp_check}/proxy_drain.sql";
+open(my $fh, '>', $script) or die "cannot write $script: $!";
+print $fh <<'SQL';
+\set q random(0, 15)
+SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS toks FROM claim.claim_next('d' || :q, 50) \gset
+INSERT INTO done SELECT 'd' || :q, unnest(':ids'::bigint[]), unnest(':toks'::bigint[]);
+SELECT claim.complete(':toks'::bigint[]);
+SQL
+close $fh;
+
+# Random queues: rounds until every queue is empty (each round is bounded).
+my $rounds = 0;
+while ($rounds < 20)
+{
+	$rounds++;
+	$front->command_ok(
+		[ 'pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2',
+		  '-t', int($total / 50 / 8 * 1.5) + 20, '-f', $script, 'postgres' ],
+		"8 workers through the front, round $rounds");
+	last if f(q{SELECT coalesce(sum(ready + claimed), 0) FROM claim.queue_stats
+		WHERE queue LIKE 'd%'}) == 0;
+}
+note("drained in $rounds pgbench rounds");
+is(f(q{SELECT count(*) FROM done}), $total, 'every item was delivered');
+is(f(q{SELECT count(*) FROM (SELECT DISTINCT queue, id FROM done) d}), $total,
+	'no item was delivered twice');
+is(f(q{SELECT count(DISTINCT token) FROM done}), $total, 'every delivery had its own token');
+is(f(q{SELECT count(*) FROM done WHERE claim.token_partition(token) <> (claim.route_hash(queue) & 3)}),
+	0, 'every token came from the partition of its queue');
+for my $k (0 .. $P - 1)
+{
+	is(on($k, q{SELECT count(*) FROM claim.items i JOIN claim.queues q USING (queue_id)
+			WHERE q.name LIKE 'd%' AND i.state = 'r'}), 0, "partition $k: nothing left");
+	is(on($k, q{SELECT count(*) FROM claim.claims c JOIN claim.queues q USING (queue_id)
+			WHERE q.name LIKE 'd%'}), 0, "partition $k: no claim left");
+}
+
+$front->stop;
+$_->stop for @parts;
+done_testing();
