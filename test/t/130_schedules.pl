@@ -1,0 +1,149 @@
+# Recurring schedules fired by the database's worker (docs/schedules.md):
+#   - a schedule every second fires once per tick for ~10 s: as many items
+#     as distinct ticks (the item's dedup_key names the tick), each with the
+#     schedule's payload, group_key and priority; unschedule stops it;
+#   - an immediate stop (a crash) across a tick: after the restart exactly
+#     one catch-up item, for that tick, and next_run is the first tick after
+#     the restart;
+#   - two ticks missed while the server is down give one item;
+#   - a schedule added while the worker sleeps fires on time (next_run),
+#     and dropping its queue removes it.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep sleep);
+
+my $node = PostgreSQL::Test::Cluster->new('schedules');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pg_claim'
+max_locks_per_transaction = 256
+pg_claim.worker_naptime = 1000
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_claim;
+	SELECT claim.create_queue('ticks', '1 minute', 3, '1 second');
+});
+
+# Runs $sql until it returns $want (up to $secs); returns the last result.
+sub poll_until
+{
+	my ($sql, $want, $secs) = @_;
+	my $deadline = time + ($secs // 15);
+	my $got;
+	while (time < $deadline)
+	{
+		$got = $node->safe_psql('postgres', $sql);
+		return $got if $got eq $want;
+		usleep(50_000);
+	}
+	return $got;
+}
+
+# Items of schedule $name: "count|distinct ticks|min tick|max tick" (ticks
+# in Unix seconds, from the dedup_key "schedule:<name>:<tick>").
+sub items_of
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT count(*), count(DISTINCT dedup_key),
+		       coalesce(min(split_part(dedup_key, ':', 3)::int8), 0),
+		       coalesce(max(split_part(dedup_key, ':', 3)::int8), 0)
+		FROM claim.items WHERE dedup_key LIKE 'schedule:$name:%'});
+}
+
+sub epoch
+{
+	my ($sql) = @_;
+	return $node->safe_psql('postgres', "SELECT extract(epoch FROM ($sql))::int8");
+}
+
+# ---------------------------------------------------------------- every second
+my $t0 = time;
+$node->safe_psql('postgres', q{
+	SELECT claim.schedule('every_second', '* * * * * *', 'ticks', '{"k": "s"}',
+	                      group_key => 'g', priority => 7)});
+sleep(10.5);
+$node->safe_psql('postgres', q{SELECT claim.unschedule('every_second')});
+my $t1 = time;
+my ($n, $distinct, $first, $last) = split /\|/, items_of('every_second');
+note "every second: $n items over " . sprintf('%.1f', $t1 - $t0) . " s, ticks $first..$last";
+is($distinct, $n, 'every second: one item per tick, no tick twice');
+cmp_ok($n, '>=', 8, 'every second: about one item per second over 10 s');
+cmp_ok($n, '<=', int($t1 - $t0) + 1, 'every second: no more items than ticks in the window');
+cmp_ok($last - $first + 1, '>=', $n, 'every second: ticks are distinct whole seconds');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM claim.items
+	WHERE dedup_key LIKE 'schedule:every_second:%'
+	  AND (payload <> '{"k": "s"}' OR group_key IS DISTINCT FROM 'g' OR priority <> 7)}),
+	'0', 'every second: items carry the payload, group_key and priority');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM claim.schedules WHERE name = 'every_second'}), '0',
+	'unschedule removed it');
+my ($after_n) = split /\|/, items_of('every_second');
+sleep(1.5);
+my ($later_n) = split /\|/, items_of('every_second');
+is($later_n, $after_n, 'no item after unschedule');
+
+# ---------------------------------------------------------------- crash across a tick
+# A tick 4 s ahead (then once a minute at that second).
+my $sec = (int(time) + 4) % 60;
+$node->safe_psql('postgres', qq{SELECT claim.schedule('crash', '$sec * * * * *', 'ticks')});
+my $tick = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'crash'});
+cmp_ok(time, '<', $tick, 'crash: the tick is still ahead when the server stops');
+$node->stop('immediate');
+sleep(0.1) while time < $tick + 1.5;
+$node->start;
+is(poll_until(q{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = 'crash'}, 't'),
+	't', 'crash: the missed tick fired after the restart');
+is(items_of('crash'), "1|1|$tick|$tick", 'crash: exactly one catch-up item, for the missed tick');
+is(epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'crash'}), $tick + 60,
+	'crash: next_run is the first tick after the restart');
+is($node->safe_psql('postgres', q{
+	SELECT s.last_item = i.id FROM claim.schedules s, claim.items i
+	WHERE s.name = 'crash' AND i.dedup_key LIKE 'schedule:crash:%'}), 't',
+	'crash: last_item is the item');
+$node->safe_psql('postgres', q{SELECT claim.unschedule('crash')});
+
+# ---------------------------------------------------------------- two ticks missed
+my $now = int(time);
+my ($s1, $s2) = (($now + 4) % 60, ($now + 6) % 60);
+$node->safe_psql('postgres', qq{SELECT claim.schedule('missed', '$s1,$s2 * * * * *', 'ticks')});
+my $tick1 = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'missed'});
+my $tick2 = epoch(qq{SELECT claim.cron_next('$s1,$s2 * * * * *', to_timestamp($tick1))});
+is($tick2, $tick1 + 2, 'missed: two ticks 2 s apart');
+cmp_ok(time, '<', $tick1, 'missed: the first tick is still ahead when the server stops');
+$node->stop('immediate');
+sleep(0.1) while time < $tick2 + 1.5;
+$node->start;
+is(poll_until(q{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = 'missed'}, 't'),
+	't', 'missed: fired after the restart');
+is(items_of('missed'), "1|1|$tick1|$tick1", 'missed: two missed ticks give one item');
+is(epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'missed'}), $tick1 + 60,
+	'missed: next_run is the first tick after the restart');
+$node->safe_psql('postgres', q{SELECT claim.unschedule('missed')});
+
+# ---------------------------------------------------------------- while the worker sleeps
+# The worker sleeps up to pg_claim.worker_naptime when it knows of nothing
+# sooner; the first tick of a new schedule fires at most that late.
+$node->safe_psql('postgres', q{SELECT claim.create_queue('later', '1 minute', 3, '1 second')});
+$sec = (int(time) + 3) % 60;
+$node->safe_psql('postgres', qq{SELECT claim.schedule('later', '$sec * * * * *', 'later')});
+$tick = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'later'});
+is(poll_until(q{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = 'later'}, 't', 10),
+	't', 'a new schedule fires');
+is(items_of('later'), "1|1|$tick|$tick", 'a new schedule: one item for its tick');
+$node->safe_psql('postgres', q{SELECT claim.drop_queue('later')});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.schedule_defs WHERE name = 'later'}),
+	'0', 'dropping the queue removed its schedule');
+
+# The worker stayed healthy throughout: no warnings from it about schedules.
+my $log = slurp_file($node->logfile);
+unlike($log, qr/pg_claim: schedule .* (skipped|has no next tick)/, 'no schedule was skipped');
+
+$node->stop;
+done_testing();
