@@ -26,6 +26,13 @@ bool am_worker = false;
 
 namespace {
 
+// Longest single sleep of a waiter while a worker serves the database (it
+// wakes waiters for expired claims and due items), and while none does.
+constexpr long kMaxSleepServedMs = 60000;
+constexpr long kMaxSleepUnservedMs = 250;
+// Without the preload waits poll this often.
+constexpr long kPollMs = 50;
+
 struct Pending {
     int kind;
     int64 key;
@@ -206,11 +213,11 @@ void fallback_wait(long timeout_ms) {
     if (!fallback_noticed) {
         fallback_noticed = true;
         ereport(NOTICE,
-                (errmsg("pg_claim waits by polling every 50 ms in this server"),
+                (errmsg("pg_claim waits by polling every %ld ms in this server", kPollMs),
                  errhint("Add pg_claim to shared_preload_libraries and restart the server to "
                          "make waits event-driven (woken at the producer's commit).")));
     }
-    long ms = timeout_ms > 50 ? 50 : (timeout_ms < 1 ? 1 : timeout_ms);
+    long ms = timeout_ms > kPollMs ? kPollMs : (timeout_ms < 1 ? 1 : timeout_ms);
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
                     PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
@@ -290,7 +297,8 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
     // Without a worker serving this database nobody wakes us for expired
     // claims or due scheduled items: look again now and then.
     DbSlot *slot = my_db_slot();
-    long cap = (slot != nullptr && slot->state == DbState::Running) ? 60000 : 250;
+    long cap = (slot != nullptr && slot->state == DbState::Running) ? kMaxSleepServedMs
+                                                                    : kMaxSleepUnservedMs;
     long ms = timeout_ms < 1 ? 1 : (timeout_ms > cap ? cap : timeout_ms);
 
     TimestampTz baseline = GetCurrentStatementStartTimestamp();
