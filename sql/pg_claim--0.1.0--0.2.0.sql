@@ -433,3 +433,47 @@ GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.schedule_defs TO claim_a
 GRANT SELECT ON claim.schedules TO claim_admin;
 GRANT EXECUTE ON FUNCTION claim.schedule(text, text, text, jsonb, text, integer, text),
                           claim.unschedule(text) TO claim_admin;
+
+-- ===========================================================================
+-- Metrics: per-queue counters since server start, kept in shared memory
+-- (no table write), with the gauges of claim.queue_stats and the number of
+-- backends waiting for items (docs/metrics.md).
+-- ===========================================================================
+-- The counters of one queue of this database: NULL when the queue has no
+-- slot in the shared table (no preload, or the table was full).
+CREATE FUNCTION claim.queue_counters(queue_id integer,
+                                     OUT enqueued bigint, OUT claimed bigint,
+                                     OUT completed bigint, OUT failed bigint,
+                                     OUT dead bigint, OUT expired bigint,
+                                     OUT cancelled bigint, OUT waiters integer)
+RETURNS record
+LANGUAGE c VOLATILE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_queue_counters';
+
+CREATE FUNCTION claim.metrics(OUT queue text,
+                              OUT enqueued bigint, OUT claimed bigint, OUT completed bigint,
+                              OUT failed bigint, OUT dead bigint, OUT expired bigint,
+                              OUT cancelled bigint,
+                              OUT ready bigint, OUT scheduled bigint, OUT in_flight bigint,
+                              OUT dead_items bigint, OUT waiting bigint,
+                              OUT oldest_ready_age interval, OUT paused boolean,
+                              OUT waiters integer)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT s.queue, c.enqueued, c.claimed, c.completed, c.failed, c.dead, c.expired, c.cancelled,
+       s.ready, s.scheduled, s.claimed, s.dead, s.waiting, s.oldest_ready_age, s.paused,
+       c.waiters
+FROM claim.queue_stats s
+JOIN claim.queues q ON q.name OPERATOR(pg_catalog.=) s.queue
+CROSS JOIN LATERAL claim.queue_counters(q.queue_id) c
+ORDER BY s.queue
+$$;
+
+-- Monitoring roles (pg_monitor, which postgres_exporter uses) and admins.
+REVOKE EXECUTE ON FUNCTION claim.queue_counters(integer), claim.metrics() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.queue_counters(integer), claim.metrics() TO claim_admin, pg_monitor;
+GRANT USAGE ON SCHEMA claim TO pg_monitor;
+GRANT SELECT ON claim.queues, claim.queue_stats TO pg_monitor;

@@ -21,6 +21,7 @@
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -238,6 +239,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);
     if (claimed > 0) api::after_tokens();
+    shmem::count(q.queue_id, shmem::Metric::Claimed, claimed);
     return claimed;
 }
 
@@ -347,6 +349,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     int ndead = 0;
     for (uint64 i = 0; i < n; ++i)
         if (dead[i]) ids[ndead++] = ids[i];
+    if (done > 0) shmem::count(pg::col_int32(0, 1), shmem::Metric::Failed, (int64)done);
+    if (done > 0) shmem::count(pg::col_int32(0, 1), shmem::Metric::Dead, ndead);
     if (done > 0 && ndead > 0) {
         shmem::notify_finished(pg::col_int32(0, 1));
         pg::free_result();

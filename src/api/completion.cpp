@@ -10,6 +10,7 @@
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
@@ -117,6 +118,7 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
             }
             if (!ok) continue;
             ++completed;
+            shmem::count(it.queue_id, shmem::Metric::Completed);
             done[k] = true;
             finished[completed - 1] = pairs[i].item;
             if (it.queue_id != last_queue) {

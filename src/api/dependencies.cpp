@@ -4,6 +4,7 @@
 #include "api/shared.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
@@ -33,6 +34,7 @@ int64 *enqueue_after(const NewItems &items, const int64 *parents, int nparents, 
     uint64 rows = pg::run(s_insert, v, nulls);
     if (rows == 0) (void)lookup_queue(items.name);  // 42704 for an unknown queue
     int32 queue_id = pg::col_int32(0, 2);
+    shmem::count(queue_id, shmem::Metric::Enqueued, (int64)rows);
     int64 *ids = (int64 *)palloc(sizeof(int64) * rows);
     for (uint64 i = 0; i < rows; ++i) ids[i] = pg::col_int64(i, 1);
     pg::free_result();

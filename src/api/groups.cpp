@@ -25,6 +25,7 @@
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "utils/datum.h"
@@ -140,7 +141,7 @@ int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint6
         }
         pg::free_result();
         pg::wal_forget(*wal);
-        (void)pg::kill_dead(dead, ndead, a.now);
+        shmem::count_killed(a.q->queue_id, pg::kill_dead(dead, ndead, a.now));
         *wal = pg::wal_mark();
     }
 
@@ -191,7 +192,7 @@ int claim_named_group(const ClaimArgs &a, Datum gkey) {
         if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
             if (!pg::lock_item(head, false)) break;
             pg::wal_forget(wal);
-            (void)pg::kill_dead(&head, 1, a.now);
+            shmem::count_killed(a.q->queue_id, pg::kill_dead(&head, 1, a.now));
             wal = pg::wal_mark();
             continue;  // the next item is the head now
         }
@@ -253,6 +254,7 @@ int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
     api::promote_due(a.q->queue_id, a.now);
     int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
     if (claimed > 0) api::after_tokens();
+    shmem::count(a.q->queue_id, shmem::Metric::Claimed, claimed);
     return claimed;
 }
 

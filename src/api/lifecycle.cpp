@@ -6,6 +6,7 @@
 #include "api/shared.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -135,6 +136,7 @@ PGCLAIM_FUNCTION(pgclaim_cancel) {
         cancelled[i] = DatumGetInt64(pg::col(i, 1, &isnull));
     }
     pg::free_result();
+    shmem::count(q.queue_id, shmem::Metric::Cancelled, (int64)n);
     if (n > 0) {
         pg::end_descendants(cancelled, (int)n, 'x', now);
         shmem::notify_finished(q.queue_id);

@@ -7,6 +7,7 @@
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
@@ -157,6 +158,7 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     SPI_finish();
     api::forget_hints(DatumGetInt32(qid));
     api::forget_queues();
+    shmem::metrics_forget(DatumGetInt32(qid));
     PG_RETURN_VOID();
 }
 
@@ -215,6 +217,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
                                        PG_ARGISNULL(2), PG_GETARG_DATUM(1));
         direct::close(t);
         CommandCounterIncrement();
+        shmem::count(qid, shmem::Metric::Enqueued);
         if (run_at_null == 'n') shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
         PG_RETURN_INT64(id);
     }
@@ -239,6 +242,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     for (int round = 0; round < kMaxDedupRounds && !done; ++round) {
         if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
             id = pg::col_int64(0, 1);
+            shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued);
             if (nulls[2] == 'n')
                 shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), 1);
             done = true;
@@ -319,6 +323,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     }
     uint64 n = pg::run(s_enqueue_batch, v, nulls);
     if (n == 0) require_queue_exists(name);
+    if (n > 0) shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued, (int64)n);
     if (n > 0 && nulls[2] == 'n')
         shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
     for (uint64 i = 0; i < n; ++i) {

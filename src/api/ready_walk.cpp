@@ -10,6 +10,7 @@
 #include "pg/lineage.hpp"
 #include "core/error.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -169,7 +170,7 @@ void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
 }
 
 void walk_kill_dead(ReadyWalk *w) {
-    (void)pg::kill_dead(w->dead, w->ndead, w->now);
+    shmem::count_killed(w->queue_id, pg::kill_dead(w->dead, w->ndead, w->now));
     w->ndead = 0;
 }
 

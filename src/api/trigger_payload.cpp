@@ -5,6 +5,7 @@
 
 #include "api/shared.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 namespace pgclaim::api::trigger {
 
@@ -84,6 +85,7 @@ void insert_direct(const Change &ch, Datum payload, Datum group) {
     direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload);
     direct::close(t);
     CommandCounterIncrement();
+    shmem::count(qid, shmem::Metric::Enqueued);
     shmem::notify_ready(shmem::WaitKind::Queue, qid);
 }
 

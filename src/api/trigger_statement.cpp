@@ -5,6 +5,7 @@
 #include "api/trigger_change.hpp"
 
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -83,6 +84,7 @@ void statement_end(StatementWrite *w) {
     transition_end(&w->nt);
     transition_end(&w->ot);
     CommandCounterIncrement();
+    shmem::count(w->qid, shmem::Metric::Enqueued, n);
     if (n > 0) shmem::notify_ready(shmem::WaitKind::Queue, w->qid, n);
 }
 

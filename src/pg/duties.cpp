@@ -42,7 +42,7 @@ Stmt s_kill_dead = {
     "           RETURNING c.item_id, c.attempt) "
     "UPDATE claim.items i SET state = 'd', died_at = $2, failures = c.attempt,"
     "  last_error = 'lease expired on attempt ' || c.attempt || ', the last allowed' "
-    "FROM c WHERE i.id = c.item_id AND i.state = 'r' RETURNING i.id",
+    "FROM c WHERE i.id = c.item_id AND i.state = 'r' RETURNING i.id, i.queue_id",
     2, {INT8ARRAYOID, TIMESTAMPTZOID}, nullptr};
 
 }  // namespace
@@ -68,7 +68,7 @@ uint64 find_dead(TimestampTz now) {
     return run(s_find_dead, v, nullptr);
 }
 
-int64 kill_dead(const int64 *ids, int n, TimestampTz now) {
+int64 kill_dead(const int64 *ids, int n, TimestampTz now, int32 *queues) {
     if (n == 0) return 0;
     Datum v[2] = {int8_array(ids, n), TimestampTzGetDatum(now)};
     int64 killed = (int64)run(s_kill_dead, v, nullptr);
@@ -76,6 +76,7 @@ int64 kill_dead(const int64 *ids, int n, TimestampTz now) {
         // Their waiting children end dead too.
         int64 *died = (int64 *)palloc(sizeof(int64) * killed);
         for (int64 i = 0; i < killed; ++i) died[i] = col_int64(i, 1);
+        for (int64 i = 0; queues != nullptr && i < killed; ++i) queues[i] = col_int32(i, 2);
         free_result();
         end_descendants(died, (int)killed, 'd', now);
     }

@@ -30,7 +30,8 @@ uint64 find_dead(TimestampTz now);
 
 // The items `ids`, whose claims' leases ended by `now` on the last allowed
 // attempt, become dead; then their item locks, which the caller holds, are
-// released. Returns how many died.
-int64 kill_dead(const int64 *ids, int n, TimestampTz now);
+// released. Returns how many died; with `queues` (room for n), the queue
+// of each one that died.
+int64 kill_dead(const int64 *ids, int n, TimestampTz now, int32 *queues = nullptr);
 
 }  // namespace pgclaim::pg

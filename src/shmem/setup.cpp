@@ -2,6 +2,7 @@
 // the hooks that request and set it up; also the storage of the settings
 // that every layer reads.
 #include "shmem/shared.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -35,6 +36,7 @@ Size shmem_size() {
 void shmem_request() {
     if (prev_shmem_request) prev_shmem_request();
     RequestAddinShmemSpace(shmem_size());
+    RequestAddinShmemSpace(metrics_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
 }
 
@@ -60,6 +62,7 @@ void shmem_startup() {
         for (int i = 0; i < kFrontierSlots; ++i) SpinLockInit(&shared->frontiers[i].mutex);
         shared->nwaiter_slots = waiter_slots();
     }
+    metrics_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -8,6 +8,7 @@
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
 #include "shmem/wakeup.hpp"
+#include "shmem/metrics.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -108,12 +109,15 @@ void add_count(ReadyList *list, int32 queue_id, int64 count) {
     if (list->n < kMaxReadyQueues) list->q[list->n++] = QueueCount{queue_id, count};
 }
 
-// Adds the (queue_id, count) rows of SPI_tuptable; returns their sum.
-int64 add_counts(ReadyList *list, uint64 rows, TimestampTz now, TimestampTz *next) {
+// Adds the (queue_id, count) rows of SPI_tuptable; returns their sum. With
+// `expired`, the rows are expired claims and are counted as such (metrics).
+int64 add_counts(ReadyList *list, uint64 rows, TimestampTz now, TimestampTz *next,
+                 bool expired = false) {
     int64 sum = 0;
     for (uint64 r = 0; r < rows; ++r) {
         int64 c = pg::col_int64(r, 2);
         add_count(list, pg::col_int32(r, 1), c);
+        if (expired) count(pg::col_int32(r, 1), Metric::Expired, c);
         sum += c;
         if (next != nullptr && c >= pg::kDutyBatch) *next = now;  // more are due: go on at once
     }
@@ -136,7 +140,10 @@ int64 kill_dead_items(TimestampTz now, TimestampTz *next) {
     }
     pg::free_result();
     if (rows >= (uint64)pg::kDutyBatch) *next = now;
-    return pg::kill_dead(ids, nids, now);
+    int32 *queues = (int32 *)palloc(sizeof(int32) * (nids > 0 ? nids : 1));
+    int64 killed = pg::kill_dead(ids, nids, now, queues);
+    for (int64 i = 0; i < killed; ++i) count_killed(queues[i], 1);
+    return killed;
 }
 
 // The earlier of *next and the timestamp in column `colno` of row 0.
@@ -239,7 +246,7 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         int64 killed = kill_dead_items(now, next);
         // The other expired claims: their items are claimable again.
         Datum v[2] = {TimestampTzGetDatum(now), TimestampTzGetDatum(*last_expiry)};
-        int64 expired = add_counts(ready, pg::run(s_expired, v, nullptr), now, nullptr);
+        int64 expired = add_counts(ready, pg::run(s_expired, v, nullptr), now, nullptr, true);
         // Due schedules enqueue their items (claim.enqueue wakes claimers at commit).
         (void)pg::fire_schedules(now, next);
         if (have_leases()) lease_duties(slot, now, *last_expiry, next);
