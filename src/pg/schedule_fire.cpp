@@ -214,6 +214,10 @@ int64 fire_schedules(TimestampTz now, TimestampTz *next) {
                 run(s_skip, sv, nullptr);
             }
         }
+        // The worker commits asynchronously; a round that enqueued items
+        // commits synchronously, so that no item a claimer may have acted
+        // on is lost in a crash and fired again for the same tick.
+        if (fired > 0) ForceSyncCommit();
         if (rows >= (uint64)kFireBatch) *next = now;  // more are due: go on at once
     }
     run(s_earliest, nullptr, nullptr);
