@@ -384,7 +384,6 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap) {
     return id;
 }
 
-namespace {
 // ord is GENERATED ALWAYS AS (-priority) STORED: computed here as the
 // expression would (which raises for the one value it cannot negate).
 void check_priority(int32 priority) {
@@ -410,7 +409,6 @@ int64 fill_item(TupleTableSlot *slot, int32 queue_id, int32 priority, Datum run_
     set_att(slot, cat.i_payload, payload, false);
     return id;
 }
-}  // namespace
 
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
                   Datum group_key, bool group_null, Datum payload) {
@@ -419,76 +417,6 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
                          group_null, payload);
     insert_slot(t);
     return id;
-}
-
-namespace {
-constexpr int kBatchRows = 1000;           // like COPY's multi-insert buffer
-constexpr Size kBatchBytes = 256 * 1024;  // payload bytes per flush
-}  // namespace
-
-struct ItemBatch {
-    Tables *t;
-    int32 queue_id;
-    int32 priority;
-    MemoryContext mcxt;
-    int n;
-    Size bytes;
-    int64 written;
-    CommandId cid;
-    TupleTableSlot *slots[kBatchRows];
-};
-
-ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
-    check_priority(priority);
-    ItemBatch *b = (ItemBatch *)palloc0(sizeof(ItemBatch));
-    b->t = t;
-    b->queue_id = queue_id;
-    b->priority = priority;
-    b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch",
-                                    ALLOCSET_DEFAULT_SIZES);
-    b->cid = GetCurrentCommandId(true);
-    return b;
-}
-
-MemoryContext batch_memory(ItemBatch *b) { return b->mcxt; }
-
-void batch_flush(ItemBatch *b) {
-    if (b->n == 0) return;
-    Tables *t = b->t;
-    table_multi_insert(t->items, b->slots, b->n, b->cid, 0, nullptr);
-    for (int i = 0; i < b->n; ++i) {
-        if (t->rri->ri_NumIndices > 0)
-            (void)ExecInsertIndexTuples(t->rri, b->slots[i], t->estate, false, false, nullptr,
-                                        NIL);
-        ResetPerTupleExprContext(t->estate);
-        ExecClearTuple(b->slots[i]);
-    }
-    b->written += b->n;
-    b->n = 0;
-    b->bytes = 0;
-    MemoryContextReset(b->mcxt);
-}
-
-void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
-    Tables *t = b->t;
-    if (b->slots[b->n] == nullptr)
-        b->slots[b->n] = MakeSingleTupleTableSlot(RelationGetDescr(t->items), &TTSOpsVirtual);
-    TupleTableSlot *slot = b->slots[b->n];
-    (void)fill_item(slot, b->queue_id, b->priority, (Datum)0, true, group_key, group_null,
-                    payload);
-    ExecStoreVirtualTuple(slot);
-    b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
-    if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);
-}
-
-int64 batch_end(ItemBatch *b) {
-    batch_flush(b);
-    for (int i = 0; i < kBatchRows && b->slots[i] != nullptr; ++i)
-        ExecDropSingleTupleTableSlot(b->slots[i]);
-    MemoryContextDelete(b->mcxt);
-    int64 n = b->written;
-    pfree(b);
-    return n;
 }
 
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,

@@ -45,4 +45,10 @@ inline Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) {
 // first visible row into `slot`.
 bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot);
 
+// The new item's priority is one whose ord (-priority) exists; 22003 if not.
+void check_priority(int32 priority);
+// A new item's row in `slot`'s values (defaults filled in, ord computed, the
+// id drawn); returns the id. The caller checked the priority.
+int64 fill_item(TupleTableSlot *slot, int32 queue_id, int32 priority, Datum run_at,
+                bool run_at_null, Datum group_key, bool group_null, Datum payload);
 }  // namespace pgclaim::pg::direct

@@ -1,0 +1,103 @@
+// Many new items of one queue at once (see direct.hpp, ItemBatch): heap
+// rows through table_multi_insert, then their index entries.
+#include "pg/direct_tables.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/index.h"
+#include "catalog/pg_index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+}
+
+namespace pgclaim::pg::direct {
+
+namespace {
+constexpr int kBatchRows = 1000;           // like COPY's multi-insert buffer
+constexpr Size kBatchBytes = 256 * 1024;  // payload bytes per flush
+}  // namespace
+
+struct ItemBatch {
+    Tables *t;
+    int32 queue_id;
+    int32 priority;
+    MemoryContext mcxt;
+    int n;
+    Size bytes;
+    int64 written;
+    CommandId cid;
+    TupleTableSlot *slots[kBatchRows];
+};
+
+ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
+    check_priority(priority);
+    ItemBatch *b = (ItemBatch *)palloc0(sizeof(ItemBatch));
+    b->t = t;
+    b->queue_id = queue_id;
+    b->priority = priority;
+    b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch",
+                                    ALLOCSET_DEFAULT_SIZES);
+    b->cid = GetCurrentCommandId(true);
+    return b;
+}
+
+MemoryContext batch_memory(ItemBatch *b) { return b->mcxt; }
+
+void batch_flush(ItemBatch *b) {
+    if (b->n == 0) return;
+    Tables *t = b->t;
+    table_multi_insert(t->items, b->slots, b->n, b->cid, 0, nullptr);
+    for (int i = 0; i < b->n; ++i) {
+        if (t->rri->ri_NumIndices > 0)
+            (void)ExecInsertIndexTuples(t->rri, b->slots[i], t->estate, false, false, nullptr,
+                                        NIL);
+        ResetPerTupleExprContext(t->estate);
+        ExecClearTuple(b->slots[i]);
+    }
+    b->written += b->n;
+    b->n = 0;
+    b->bytes = 0;
+    MemoryContextReset(b->mcxt);
+}
+
+void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
+    Tables *t = b->t;
+    if (b->slots[b->n] == nullptr)
+        b->slots[b->n] = MakeSingleTupleTableSlot(RelationGetDescr(t->items), &TTSOpsVirtual);
+    TupleTableSlot *slot = b->slots[b->n];
+    (void)fill_item(slot, b->queue_id, b->priority, (Datum)0, true, group_key, group_null,
+                    payload);
+    ExecStoreVirtualTuple(slot);
+    b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
+    if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);
+}
+
+int64 batch_end(ItemBatch *b) {
+    batch_flush(b);
+    for (int i = 0; i < kBatchRows && b->slots[i] != nullptr; ++i)
+        ExecDropSingleTupleTableSlot(b->slots[i]);
+    MemoryContextDelete(b->mcxt);
+    int64 n = b->written;
+    pfree(b);
+    return n;
+}
+
+}  // namespace pgclaim::pg::direct
