@@ -14,9 +14,9 @@ import psycopg
 
 from ._common import Interval, Job, Retry, WorkerStats, to_interval
 from ._features import FEATURES_SQL, Features
-from .worker import (ASSERT_SQL, CANCELED, COMPLETE_RESULT_SQL, claim_queries,
+from .worker import (ASSERT_SQL, CANCELED, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
                      COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
-                     _sqlstate, job_from_row)
+                     _sqlstate)
 from psycopg.types.json import Jsonb
 
 log = logging.getLogger("pg_claim.worker")
@@ -45,6 +45,7 @@ class _ASlot:
         self.task: Optional["asyncio.Task[None]"] = None
         self.beat_task: Optional["asyncio.Task[None]"] = None
         self.closed = False
+        self.leases = LeaseClock(None)
 
 
 class AsyncWorker:
@@ -91,8 +92,7 @@ class AsyncWorker:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._tickets = 0
         self._slots: List[_ASlot] = []
-        self._claim_sql = ""
-        self._claim_done_sql = ""
+        self._sql: Optional[ClaimSQL] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -168,8 +168,14 @@ class AsyncWorker:
         assert conn is not None
         cur = await conn.execute(FEATURES_SQL)
         self.features = Features.from_rows(await cur.fetchall())
-        self._claim_sql, self._claim_done_sql = claim_queries(conn, self.queue, self.lease,
-                                                              self.wait, self.name)
+        self._sql = ClaimSQL(conn, self.queue, self.lease, self.wait, self.name)
+        fixed: Optional[float] = None
+        if self.lease is not None:
+            cur = await conn.execute(LEASE_SECONDS_SQL, (self.lease,))
+            row = await cur.fetchone()
+            fixed = max(float(row[0]), 0.001) if row is not None else None
+        for slot in self._slots:
+            slot.leases = LeaseClock(fixed)
         for slot in self._slots:
             if self.heartbeat:
                 slot.beat_task = asyncio.ensure_future(self._beat_main(slot))
@@ -276,7 +282,7 @@ class AsyncWorker:
                         if self.burst:
                             break
                         continue
-                    job = job_from_row(self.queue, rows[0])
+                    job = slot.leases.job(self.queue, rows[0])
                     if await self._process(slot, job):
                         pending = [job.token]
                 except psycopg.OperationalError as exc:
@@ -321,11 +327,13 @@ class AsyncWorker:
             if pending:
                 await self._complete_now(slot, pending[0], None)
             return None
+        q = self._sql
+        assert q is not None
         slot.state = "claiming"
         try:
             if pending:
                 try:
-                    rows = await self._fetch(conn, self._claim_done_sql, (pending,))
+                    rows = await self._fetch(conn, slot.leases.pick(q).done, (pending,))
                     self.stats.completed += len(pending)
                     if rows:
                         self.stats.claimed += 1
@@ -344,7 +352,7 @@ class AsyncWorker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = await self._fetch(conn, self._claim_sql, None)
+                rows = await self._fetch(conn, slot.leases.pick(q).plain, None)
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():

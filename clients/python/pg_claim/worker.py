@@ -20,33 +20,44 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from ._common import Interval, Job, Retry, WorkerStats, to_interval
+from ._common import Interval, Job, Retry, WorkerStats, sum_stats, to_interval
 from ._features import FEATURES_SQL, Features
 
 log = logging.getLogger("pg_claim.worker")
 
 Handler = Callable[[Job], Any]
 
-# Timestamps come as epoch seconds and become datetimes only if the handler reads them
-# (psycopg's pure-Python loader costs more than the rest of a no-op job).
-_COLUMNS = ("id, token, group_key, payload, attempt, extract(epoch FROM enqueued_at)::float8, "
-            "extract(epoch FROM lease_until)::float8, "
-            "extract(epoch FROM lease_until - pg_catalog.clock_timestamp())::float8")
+# What a claim returns per job: the item's columns a handler uses, nothing
+# more (every column costs output on the server and a pure-Python loader in
+# psycopg). The lease's length comes with a claim only when the worker does
+# not know it: its lease is the queue's default, read again every
+# LEASE_RECHECK seconds in case the queue was altered.
+_COLUMNS = "id, token, payload, group_key, attempt"
+_MEASURE = ", pg_catalog.date_part('epoch', lease_until - pg_catalog.clock_timestamp())"
+LEASE_RECHECK = 30.0
 
 
-def claim_queries(ctx: Any, queue: str, lease: Any, wait: Any, name: Optional[str]) -> Tuple[str, str]:
-    """The claim statement of a worker, its constant arguments written in as
-    literals (nothing to adapt per job), and the same with ``done => %s``
-    completing earlier tokens and waiting 0."""
-    def lit(v: Any) -> str:
-        return sql.Literal(v).as_string(ctx)
+class ClaimSQL:
+    """The claim statements of a worker, their constant arguments written in
+    as literals (nothing to adapt per job): ``plain`` waits; ``done``
+    completes earlier tokens (``%s``) and does not wait. ``measure`` holds
+    the same two that also return the lease's length."""
 
-    head = f"SELECT {_COLUMNS} FROM claim.claim_next({lit(queue)}, 1, {lit(lease)}::interval, "
-    tail = f"::interval, {lit(name)}"
-    plain = f"{head}{lit(wait)}{tail})"
-    done = f"{head}'0'{tail}".replace("%", "%%") + ", done => %s::bigint[])"
-    return plain, done
+    def __init__(self, ctx: Any, queue: str, lease: Any, wait: Any, name: Optional[str],
+                 measure: bool = False) -> None:
+        def lit(v: Any) -> str:
+            return sql.Literal(v).as_string(ctx)
 
+        cols = _COLUMNS + (_MEASURE if measure else "")
+        head = f"SELECT {cols} FROM claim.claim_next({lit(queue)}, 1, {lit(lease)}::interval, "
+        tail = f"::interval, {lit(name)}"
+        self.plain = f"{head}{lit(wait)}{tail})"
+        self.done = f"{head}'0'{tail}".replace("%", "%%") + ", done => %s::bigint[])"
+        self.measure: Optional[ClaimSQL] = (
+            None if measure else ClaimSQL(ctx, queue, lease, wait, name, measure=True))
+
+
+LEASE_SECONDS_SQL = "SELECT pg_catalog.date_part('epoch', %s::interval)"
 COMPLETE_SQL = "SELECT claim.complete(%s::bigint)"
 COMPLETE_RESULT_SQL = "SELECT claim.complete(%s::bigint, %s::jsonb)"
 COMPLETE_MANY_SQL = "SELECT claim.complete(%s::bigint[], true)"
@@ -68,9 +79,28 @@ def _error_text(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
-def job_from_row(queue: str, row: Sequence[Any]) -> Job:
-    return Job(queue, row[0], row[1], row[3], row[4], row[2], row[5], row[6],
-               max(float(row[7] or 0.0), 0.001))
+class LeaseClock:
+    """How long a slot's leases are: fixed when the worker names its lease,
+    else measured on a claim every LEASE_RECHECK seconds."""
+
+    __slots__ = ("fixed", "seconds", "at")
+
+    def __init__(self, fixed: Optional[float]) -> None:
+        self.fixed = fixed
+        self.seconds = fixed if fixed is not None else 30.0
+        self.at = -LEASE_RECHECK
+
+    def pick(self, q: ClaimSQL) -> ClaimSQL:
+        if self.fixed is not None or time.monotonic() - self.at < LEASE_RECHECK:
+            return q
+        assert q.measure is not None
+        return q.measure
+
+    def job(self, queue: str, row: Sequence[Any]) -> Job:
+        if len(row) > 5 and row[5] is not None:
+            self.seconds = max(float(row[5]), 0.001)
+            self.at = time.monotonic()
+        return Job(queue, row[0], row[1], row[2], row[4], row[3], self.seconds)
 
 
 class _Abandoned(Exception):
@@ -94,6 +124,8 @@ class _Slot:
         self.beat_wake_at = 0.0
         self.started = 0               # jobs started in this slot        # when its timed wait ends
         self.last_cancel = 0.0
+        self.stats = WorkerStats()     # written by this slot's threads only
+        self.leases = LeaseClock(None)
         self.thread: Optional[threading.Thread] = None
         self.beat_thread: Optional[threading.Thread] = None
         self.closed = False
@@ -148,15 +180,13 @@ class Worker:
         self.prepare = prepare
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
-        self.stats = WorkerStats()
         self.features: Optional[Features] = None
         self._stop = threading.Event()
         self._hurry = threading.Event()
         self._stats_lock = threading.Lock()
         self._tickets = 0
         self._slots: List[_Slot] = []
-        self._claim_sql = ""
-        self._claim_done_sql = ""
+        self._sql: Optional[ClaimSQL] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -169,6 +199,11 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def stats(self) -> WorkerStats:
+        """Counters summed over the slots."""
+        return sum_stats(s.stats for s in self._slots)
 
     def run(self) -> WorkerStats:
         """Run until stopped (signal, :meth:`stop`, ``burst``, ``max_jobs``)."""
@@ -211,8 +246,13 @@ class Worker:
         conn = self._slots[0].conn
         assert conn is not None
         self.features = Features.from_rows(conn.execute(FEATURES_SQL).fetchall())
-        self._claim_sql, self._claim_done_sql = claim_queries(conn, self.queue, self.lease,
-                                                              self.wait, self.name)
+        self._sql = ClaimSQL(conn, self.queue, self.lease, self.wait, self.name)
+        fixed: Optional[float] = None
+        if self.lease is not None:
+            row = conn.execute(LEASE_SECONDS_SQL, (self.lease,)).fetchone()
+            fixed = max(float(row[0]), 0.001) if row is not None else None
+        for slot in self._slots:
+            slot.leases = LeaseClock(fixed)
         for slot in self._slots:
             slot.thread = threading.Thread(target=self._slot_main, args=(slot,),
                                            name=f"pg_claim-slot-{slot.index}", daemon=True)
@@ -281,7 +321,7 @@ class Worker:
             if conn is None or conn.closed:
                 raise psycopg.OperationalError("connection closed")
             conn.execute(RELEASE_SQL, (job.token,))
-            self._count("released")
+            self._count(slot, "released")
             log.warning("worker %s: job %d still running after the grace period: released "
                         "(its outcome will be dropped)", self._label(), job.id)
         except psycopg.Error as exc:
@@ -297,9 +337,10 @@ class Worker:
             if slot.conn is not None and not alive:
                 slot.conn.close()
 
-    def _count(self, what: str, n: int = 1) -> None:
-        with self._stats_lock:
-            setattr(self.stats, what, getattr(self.stats, what) + n)
+    @staticmethod
+    def _count(slot: _Slot, what: str, n: int = 1) -> None:
+        st = slot.stats
+        setattr(st, what, getattr(st, what) + n)
 
     # -- the slot loop -------------------------------------------------------
     def _take_ticket(self) -> bool:
@@ -333,7 +374,7 @@ class Worker:
                         if self.burst:
                             break
                         continue
-                    job = job_from_row(self.queue, rows[0])
+                    job = slot.leases.job(self.queue, rows[0])
                     if self._process(slot, job):
                         pending = [job.token]
                 except psycopg.OperationalError as exc:
@@ -380,20 +421,22 @@ class Worker:
                 slot.state = "claiming"
         conn = slot.conn
         assert conn is not None
+        q = self._sql
+        assert q is not None
         try:
             if pending:
                 if slot.state == "busy":          # stopping: complete only
                     self._complete_now(slot, pending[0], None)
                     return None
                 try:
-                    rows = conn.execute(self._claim_done_sql, (pending,)).fetchall()
-                    self._count("completed", len(pending))
+                    rows = conn.execute(slot.leases.pick(q).done, (pending,)).fetchall()
+                    self._count(slot, "completed", len(pending))
                     if rows:
-                        self._count("claimed")
+                        self._count(slot, "claimed")
                         return rows
                 except psycopg.Error as exc:
                     if _sqlstate(exc) == STALE:
-                        self._count("stale", len(pending))
+                        self._count(slot, "stale", len(pending))
                         log.warning("worker %s: stale token at completion (%s); outcome dropped",
                                     self._label(), exc.diag.message_primary)
                     elif _sqlstate(exc) == CANCELED:
@@ -406,7 +449,7 @@ class Worker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = conn.execute(self._claim_sql).fetchall()
+                rows = conn.execute(slot.leases.pick(q).plain).fetchall()
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():
@@ -416,7 +459,7 @@ class Worker:
                     return []
                 raise
             if rows:
-                self._count("claimed")
+                self._count(slot, "claimed")
             return rows
         finally:
             with slot.lock:
@@ -487,7 +530,7 @@ class Worker:
                 if abandoned:
                     raise _Abandoned()
                 self._execute_complete(conn, job.token, result)
-            self._count("completed")
+            self._count(slot, "completed")
         except _Abandoned:
             self._release_after_abandon(slot, job)
         except Retry as exc:
@@ -497,7 +540,7 @@ class Worker:
                 self._fail_now(slot, job, _error_text(exc), exc.after)
         except Exception as exc:
             if _sqlstate(exc) == STALE or slot.lost:
-                self._count("stale")
+                self._count(slot, "stale")
                 log.warning("worker %s: job %d: token is stale, its writes were rolled back (%s)",
                             self._label(), job.id, _error_text(exc))
             elif self._abandoned(slot):
@@ -520,7 +563,7 @@ class Worker:
         assert conn is not None
         try:
             conn.execute(RELEASE_SQL, (job.token,))
-            self._count("released")
+            self._count(slot, "released")
             log.warning("worker %s: job %d rolled back and released at shutdown",
                         self._label(), job.id)
         except psycopg.Error as exc:
@@ -553,11 +596,11 @@ class Worker:
 
         try:
             self._retrying(run)
-            self._count("completed")
+            self._count(slot, "completed")
         except psycopg.Error as exc:
             if _sqlstate(exc) != STALE:
                 raise
-            self._count("stale")
+            self._count(slot, "stale")
             log.warning("worker %s: stale token %d at completion (%s); outcome dropped",
                         self._label(), token, exc.diag.message_primary)
 
@@ -571,11 +614,11 @@ class Worker:
 
         try:
             self._retrying(run)
-            self._count("retried" if retry_in is not None else "failed")
+            self._count(slot, "retried" if retry_in is not None else "failed")
         except psycopg.Error as exc:
             if _sqlstate(exc) != STALE:
                 raise
-            self._count("stale")
+            self._count(slot, "stale")
             log.warning("worker %s: stale token for job %d at fail (%s); outcome dropped",
                         self._label(), job.id, exc.diag.message_primary)
 
@@ -614,8 +657,7 @@ class Worker:
                 try:
                     assert conn is not None
                     conn.execute(EXTEND_SQL, (job.token, lease))
-                    with self._stats_lock:
-                        self.stats.extended += 1
+                    slot.stats.extended += 1
                 except psycopg.Error as exc:
                     if _sqlstate(exc) == STALE:
                         slot.lost = True
