@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# pg_claim through a PL/Proxy front (docs/partitions.md): the cost of the hop.
+# Four partition clusters and one front on this machine; the workload is
+# claim_next(n => 1) + complete(token), one item per transaction pair, by
+# BENCH_CLIENTS pgbench clients. Windows, each BENCH_DURATION seconds:
+#   direct        on partition 0, queue q0 (which the front routes to partition 0)
+#   front         the same queue through the front
+#   direct x4     all four partitions at once, directly (clients split over them)
+#   front x4      16 queues on all four partitions through the front
+# Each figure is the median over BENCH_ROUNDS rounds; the ratios compare
+# windows of the same run. On one machine the four partitions share its
+# cores, so x4 shows the aggregate does not grow here; on separate servers
+# each partition does what one server does.
+#
+#   bash test/bench/proxy.sh              10 s per window, 3 rounds
+#   QUICK=1 bash test/bench/proxy.sh      4 s per window, 1 round
+#
+# Environment: BENCH_DURATION, BENCH_ROUNDS, BENCH_CLIENTS (8), BENCH_PORT
+# (first of five ports, default random in 20000-39000), PG_CONFIG,
+# BENCH_OUT (default test/bench/out/proxy). Needs pg_claim and pg_claim_proxy
+# installed (test/setup.sh) and, as root, the OS user pgclaim.
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+OUT=${BENCH_OUT:-$HERE/out/proxy}
+if [[ ${QUICK:-0} == 1 ]]; then d_dur=4; d_rounds=1; else d_dur=10; d_rounds=3; fi
+DUR=${BENCH_DURATION:-$d_dur}
+ROUNDS=${BENCH_ROUNDS:-$d_rounds}
+CLIENTS=${BENCH_CLIENTS:-8}
+PORT0=${BENCH_PORT:-$((20000 + RANDOM % 19000))}
+RUN_USER=pgclaim
+P=4
+
+log() { printf '[proxy bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PGBIN=$("$PG_CONFIG" --bindir)
+SHARE=$("$PG_CONFIG" --sharedir)
+[[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (run test/setup.sh)"
+[[ -f $SHARE/extension/pg_claim_proxy.control ]] || die "pg_claim_proxy is not installed (make -C proxy install)"
+[[ -f $SHARE/extension/plproxy.control ]] || die "PL/Proxy is not installed (apt-get install postgresql-15-plproxy)"
+
+if [[ $(id -u) == 0 ]]; then
+    AS=(runuser -u "$RUN_USER" --)
+    DBUSER=$RUN_USER
+else
+    AS=()
+    DBUSER=$(id -un)
+fi
+
+WORK=$(mktemp -d /tmp/pg_claim_proxy_bench.XXXXXX)
+chmod 755 "$WORK"
+[[ $(id -u) == 0 ]] && chown "$RUN_USER" "$WORK"
+mkdir -p "$OUT"
+NODES=(p0 p1 p2 p3 front)
+cleanup() {
+    local rc=$? n
+    set +e
+    for n in "${NODES[@]}"; do
+        [[ -f $WORK/$n/postmaster.pid ]] && "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/$n" -m immediate -w stop >/dev/null 2>&1
+    done
+    rm -rf "$WORK"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_of() { echo $((PORT0 + $1)); }
+start_node() {  # index, name, preload
+    local i=$1 n=$2 pre=$3
+    "${AS[@]}" "$PGBIN/initdb" -D "$WORK/$n" -U "$DBUSER" -A trust -E UTF8 --no-locale --no-sync >"$OUT/initdb-$n.log" 2>&1 \
+        || { cat "$OUT/initdb-$n.log" >&2; die "initdb $n failed"; }
+    "${AS[@]}" tee -a "$WORK/$n/postgresql.conf" >/dev/null <<CONF
+listen_addresses = ''
+port = $(port_of "$i")
+unix_socket_directories = '$WORK'
+shared_preload_libraries = '$pre'
+shared_buffers = 256MB
+max_connections = 60
+synchronous_commit = on
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+log_min_messages = warning
+CONF
+    "${AS[@]}" "$PGBIN/pg_ctl" -D "$WORK/$n" -l "$WORK/$n.log" -w -t 60 start >/dev/null \
+        || { "${AS[@]}" cat "$WORK/$n.log" >&2; die "$n did not start"; }
+}
+sql() { local i=$1; shift; "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$WORK" -p "$(port_of "$i")" -U "$DBUSER" -d postgres "$@"; }
+
+log "starting 4 partitions and a front (ports $PORT0..$((PORT0 + 4)))"
+opts=()
+for k in 0 1 2 3; do
+    start_node "$k" "p$k" pg_claim
+    sql "$k" -c "CREATE EXTENSION pg_claim" -c "ALTER DATABASE postgres SET pg_claim.partition = $k"
+    opts+=("p$k 'host=$WORK port=$(port_of "$k") dbname=postgres connect_timeout=2'")
+done
+start_node 4 front ''
+F=4
+sql $F -c "CREATE EXTENSION pg_claim_proxy CASCADE" \
+    -c "CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($(IFS=,; echo "${opts[*]}"))" \
+    -c "CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$DBUSER')"
+for q in $(seq 0 15); do sql $F -c "SELECT claim.create_queue('q$q', lease => '10 minutes')" >/dev/null; done
+[[ $(sql $F -c "SELECT claim.route_hash('q0') & 3") == 0 ]] || die "q0 is expected on partition 0"
+
+S=$WORK/scripts
+mkdir -p "$S"
+chmod 755 "$S"
+cat >"$S/one.sql" <<'SQL'
+SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('q0') \gset
+\if :tok
+SELECT claim.complete(:tok::bigint);
+\endif
+SQL
+cat >"$S/spread.sql" <<'SQL'
+\set q random(0, 15)
+SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('q' || :q::int) \gset
+\if :tok
+SELECT claim.complete(:tok::bigint);
+\endif
+SQL
+# The front's queue-to-partition map, for the direct x4 window.
+declare -A HOME
+for q in $(seq 0 15); do HOME[$q]=$(sql $F -c "SELECT claim.route_hash('q$q') & 3"); done
+for k in 0 1 2 3; do
+    ids=()
+    for q in $(seq 0 15); do [[ ${HOME[$q]} == "$k" ]] && ids+=("$q"); done
+    {
+        echo "\\set j random(0, $((${#ids[@]} - 1)))"
+        arr=$(printf "'q%s'," "${ids[@]}")
+        echo "SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next((ARRAY[${arr%,}])[:j::int + 1]) \\gset"
+        echo "\\if :tok"
+        echo "SELECT claim.complete(:tok::bigint);"
+        echo "\\endif"
+    } >"$S/direct$k.sql"
+done
+
+# Enough ready items in every queue for a window at any speed seen here.
+fill() {
+    local k q n
+    for q in $(seq 0 15); do
+        k=${HOME[$q]}
+        if [[ $q == 0 ]]; then n=$((DUR * 8000)); else n=$((DUR * 1500)); fi
+        sql "$k" -c "SELECT count(*) FROM claim.enqueue_batch('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
+    done
+    for k in 0 1 2 3; do sql "$k" -c "VACUUM ANALYZE" >/dev/null; done
+}
+tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
+bench() {  # node, script, clients, log
+    "$PGBIN/pgbench" -n -M prepared -h "$WORK" -p "$(port_of "$1")" -U "$DBUSER" -c "$3" -j 2 -T "$DUR" -f "$2" postgres >"$4" 2>&1 \
+        || { cat "$4" >&2; die "pgbench failed"; }
+    tps_of "$4"
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+declare -A R
+for r in $(seq 1 "$ROUNDS"); do
+    log "round $r/$ROUNDS: filling queues"
+    fill
+    R[direct]+="$(bench 0 "$S/one.sql" "$CLIENTS" "$OUT/direct-$r.log") "
+    R[front]+="$(bench $F "$S/one.sql" "$CLIENTS" "$OUT/front-$r.log") "
+    per=$(( (CLIENTS + 3) / 4 ))
+    pids=()
+    for k in 0 1 2 3; do
+        bench "$k" "$S/direct$k.sql" "$per" "$OUT/direct4-$k-$r.log" >"$WORK/d4-$k" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    R[direct4]+="$(cat "$WORK"/d4-* | awk '{s += $1} END {print s}') "
+    R[front4]+="$(bench $F "$S/spread.sql" "$CLIENTS" "$OUT/front4-$r.log") "
+    for k in 0 1 2 3; do
+        [[ $(sql "$k" -c "SELECT count(*) FILTER (WHERE ready = 0) FROM claim.queue_stats") == 0 ]] \
+            || die "a queue ran dry during round $r: raise the fill"
+    done
+    log "round $r: direct ${R[direct]} front ${R[front]} direct4 ${R[direct4]} front4 ${R[front4]}"
+done
+
+m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
+d=$(m direct); f=$(m front); d4=$(m direct4); f4=$(m front4)
+{
+    echo "pg_claim through a PL/Proxy front: claim_next(n => 1) + complete(token), $CLIENTS clients,"
+    echo "$DUR s windows, median of $ROUNDS rounds, $(nproc) cores shared by 4 partitions and the front"
+    printf '%-44s %12s\n' "window" "items/s"
+    printf '%-44s %12.0f\n' "direct, one partition (queue q0)" "$d"
+    printf '%-44s %12.0f\n' "through the front, the same queue" "$f"
+    printf '%-44s %12.0f\n' "direct, four partitions at once" "$d4"
+    printf '%-44s %12.0f\n' "through the front, 16 queues on 4 partitions" "$f4"
+    awk -v d="$d" -v f="$f" 'BEGIN {printf "front / direct (the hop):             %.2fx\n", f / d}'
+    awk -v d="$d4" -v f="$f4" 'BEGIN {printf "front x4 / direct x4:                 %.2fx\n", f / d}'
+    awk -v d="$d" -v d4="$d4" 'BEGIN {printf "direct x4 / direct (one machine):     %.2fx\n", d4 / d}'
+} | tee "$OUT/summary.txt"
