@@ -239,9 +239,11 @@ class Worker(Client):
                 time.sleep(0.05)
             return
         count("claimed", len(rows))
+        stalled = False
         if self.rng.random() < STALL_P and not stop_load.is_set():
             count("stalls")
-            time.sleep(2.3)          # past the 2 s lease: assert_token should refuse
+            stalled = True
+            time.sleep(2.3)          # past the 2 s lease: assert_token must refuse
         tokens = sorted({r[1] for r in rows})
         with conn.transaction():
             for t in tokens:
@@ -255,6 +257,8 @@ class Worker(Client):
             if done != len(rows):
                 raise RuntimeError(f"complete of {tokens} finished {done} items, expected {len(rows)}")
         count("completed", len(rows))
+        if stalled:
+            count("stale committed")   # the lease had run out: this commit must not happen
 
 
 # --- lease holders: a fenced counter -----------------------------------------
@@ -272,9 +276,10 @@ class LeaseHolder(Client):
             return
         count("lease granted")
         for _ in range(self.rng.randrange(1, 4)):
-            if self.rng.random() < STALL_P * 2:
+            stalled = self.rng.random() < STALL_P * 2
+            if stalled:
                 count("stalls")
-                time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert should refuse
+                time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert must refuse
             with conn.transaction():
                 conn.execute("SELECT claim.lease_assert(%s, %s::bigint)", (name, token))
                 value = conn.execute("UPDATE soak_counter SET value = value + 1 WHERE name = %s"
@@ -282,6 +287,8 @@ class LeaseHolder(Client):
                 conn.execute("INSERT INTO soak_fence (name, value, token, holder) VALUES (%s, %s, %s, %s)",
                              (name, value, token, self.name))
             count("fenced writes")
+            if stalled:
+                count("stale committed")
             time.sleep(self.rng.uniform(0, 0.02))
         if self.rng.random() < 0.8:
             conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
@@ -513,7 +520,8 @@ def main():
     check("duplicated", duplicated + dup_items)
     check("unexpected", unexpected + wrong_id)
     check("out of order", out_of_order)
-    check("fencing violations", fencing + counter_gaps)
+    # a holder that stalled past its lease or TTL and still committed
+    check("fencing violations", fencing + counter_gaps + s.get("stale committed", 0))
     check("once violations", once_dup + once_unmatched)
     check("dead items", dead)
     check("script errors", s.get("script error", 0))
