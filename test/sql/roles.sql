@@ -81,9 +81,12 @@ INSERT INTO pg_temp.calls (label, setup, call) VALUES
 INSERT INTO pg_temp.calls (label, setup, call)
 SELECT x.label, NULL, x.call
 FROM (VALUES ('metrics', 'claim.metrics()', $$SELECT count(*) FROM claim.metrics()$$),
+             ('schedule', 'claim.schedule(text,text,text,jsonb,text,integer,text)', $$SELECT claim.schedule('s', '* * * * *', 'rq')$$),
+             ('unschedule', 'claim.unschedule(text)', $$SELECT claim.unschedule('s')$$),
+             ('cron_next', 'claim.cron_next(text,timestamptz,text)', $$SELECT claim.cron_next('* * * * *')$$),
              ('view schedules', 'claim.schedules', $$SELECT count(*) FROM claim.schedules$$))
      AS x(label, obj, call)
-WHERE CASE WHEN x.obj LIKE '%()' THEN to_regprocedure(x.obj) IS NOT NULL
+WHERE CASE WHEN x.obj LIKE '%)' THEN to_regprocedure(x.obj) IS NOT NULL
            ELSE to_regclass(x.obj) IS NOT NULL END;
 
 -- 'ok', or the SQLSTATE of the refusal (with its message when it is not 42501).
