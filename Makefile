@@ -38,15 +38,19 @@ SHLIB_LINK   = -lstdc++
 # No LLVM bitcode for the C++ sources: the JIT gains nothing from it here.
 override with_llvm = no
 
-# TAP tests under test/t (make prove_installcheck, against the installed
-# extension).
-TAP_TESTS    = 1
+# TAP tests under test/t: make prove_installcheck, against the installed
+# extension (not part of installcheck, which runs pg_regress and the
+# isolation tester only).
 PROVE_TESTS  = test/t/*.pl
 
 EXTRA_CLEAN  = sql/pg_claim--0.2.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+.PHONY: prove_installcheck
+prove_installcheck:
+	$(prove_installcheck)
 
 sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql
 	{ echo '-- pg_claim 0.2.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql'; \

@@ -46,6 +46,16 @@ ALTER TABLE claim.queues
     ADD COLUMN retain interval NOT NULL DEFAULT '0',
     ADD COLUMN paused boolean NOT NULL DEFAULT false;
 
+-- Flow control, enforced at the claim (docs/limits.md): live claims of the
+-- queue at most (NULL: no limit), live claims per group key at most, and
+-- claims per rate_per at most, for the queue or for each group key.
+ALTER TABLE claim.queues
+    ADD COLUMN max_active integer,
+    ADD COLUMN group_limit integer NOT NULL DEFAULT 1,
+    ADD COLUMN rate integer,
+    ADD COLUMN rate_per interval NOT NULL DEFAULT '1 second',
+    ADD COLUMN rate_per_group boolean NOT NULL DEFAULT false;
+
 -- A third item state: 'w', waiting for the items listed in its `after`.
 ALTER TABLE claim.items DROP CONSTRAINT items_state_check;
 ALTER TABLE claim.items ADD CONSTRAINT items_state_check CHECK (state IN ('r', 'd', 'w'));
@@ -183,18 +193,29 @@ CREATE FUNCTION claim.create_queue(queue text,
                                    lease interval DEFAULT '30 seconds',
                                    max_attempts integer DEFAULT 5,
                                    backoff interval DEFAULT '1 second',
-                                   retain interval DEFAULT '0')
+                                   retain interval DEFAULT '0',
+                                   max_active integer DEFAULT NULL,
+                                   group_limit integer DEFAULT 1,
+                                   rate integer DEFAULT NULL,
+                                   rate_per interval DEFAULT '1 second',
+                                   rate_per_group boolean DEFAULT false)
 RETURNS void
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_create_queue';
 
--- Changes a queue's settings; a NULL argument leaves that setting as it is.
+-- Changes a queue's settings; a NULL argument leaves that setting as it is
+-- (0 removes a max_active or rate limit).
 CREATE FUNCTION claim.alter_queue(queue text,
                                   lease interval DEFAULT NULL,
                                   max_attempts integer DEFAULT NULL,
                                   backoff interval DEFAULT NULL,
-                                  retain interval DEFAULT NULL)
+                                  retain interval DEFAULT NULL,
+                                  max_active integer DEFAULT NULL,
+                                  group_limit integer DEFAULT NULL,
+                                  rate integer DEFAULT NULL,
+                                  rate_per interval DEFAULT NULL,
+                                  rate_per_group boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -246,8 +267,10 @@ GROUP BY q.queue_id, q.name, q.paused;
 
 REVOKE ALL ON claim.item_parents, claim.finished, claim.finished_0, claim.finished_1,
               claim.finished_2, claim.finished_3, claim.finished_ring FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval,
+                                               integer, integer, integer, interval, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval,
+                                              integer, integer, integer, interval, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.pause(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.resume(text) FROM PUBLIC;
 

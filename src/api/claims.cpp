@@ -18,8 +18,11 @@
 #include "api/completion.hpp"
 #include "api/partition.hpp"
 #include "api/shared.hpp"
+#include "core/rate_limit.hpp"
 #include "pg/direct.hpp"
+#include "pg/limits.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/rates.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -129,10 +132,60 @@ int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
     return us;
 }
 
+// How many of `n` items the queue's limits let this call claim now
+// (max_active, a rate for the whole queue); *rate_taken is what it took
+// from the rate, *retry_at when a limit that turned it away may let it in.
+int limited_batch(const api::QueueInfo &q, int n, TimestampTz now, int *rate_taken,
+                  TimestampTz *retry_at) {
+    *rate_taken = 0;
+    if (q.max_active > 0) {
+        pg::lock_queue_claims(q.queue_id);
+        int64 live = pg::live_claims(q.queue_id, now);
+        if (live >= q.max_active) return 0;
+        if (q.max_active - live < n) n = (int)(q.max_active - live);
+    }
+    if (q.rate > 0 && !q.rate_per_group) {
+        n = shmem::rate_take(direct::items_relid(), q.queue_id, 0,
+                             rate_rule(q.rate, q.rate_per_us), n, now, retry_at);
+        *rate_taken = n;
+    }
+    return n;
+}
+
+// Under the item's lock: may this item of a group start now? With a group
+// limit K, at most K items of a group are in flight, started in enqueue
+// order: fewer than K unfinished items of its group come before it. A
+// group rate takes one claim from the group's allowance.
+bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::ItemRow &it,
+                  int64 id, Snapshot snap, uint64 group_hash, TimestampTz now,
+                  TimestampTz *retry_at) {
+    if (q.group_limit <= 1) {
+        if (!it.group_null && direct::group_has_earlier(t, q.queue_id, it.group_key, id, snap))
+            return false;
+    } else if (!it.group_null &&
+               pg::earlier_in_group(q.queue_id, it.group_key, id, q.group_limit) >= q.group_limit) {
+        return false;
+    }
+    if (q.rate > 0 && q.rate_per_group) {
+        TimestampTz next = 0;
+        if (shmem::rate_take(direct::items_relid(), q.queue_id, it.group_null ? 0 : group_hash,
+                             rate_rule(q.rate, q.rate_per_us), 1, now, &next) == 0) {
+            if (*retry_at == 0 || next < *retry_at) *retry_at = next;
+            return false;
+        }
+    }
+    return true;
+}
+
 // One pass over the queue: claims up to n items, appends them to the result.
+// *retry_at: when a rate that turned items away lets them in (0: none did).
 int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Datum worker,
-                bool worker_null, ReturnSetInfo *rsinfo) {
+                bool worker_null, ReturnSetInfo *rsinfo, TimestampTz *retry_at) {
     TimestampTz now = pg::clock_now();
+    *retry_at = 0;
+    int rate_taken = 0;
+    n = limited_batch(q, n, now, &rate_taken, retry_at);
+    if (n == 0) return 0;
 
     // Scheduled items that are due become ready (in place, keeping their id).
     bool check_due = true;
@@ -145,6 +198,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     int64 *cand = (int64 *)palloc(sizeof(int64) * n);
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
     ScanPos *cand_pos = (ScanPos *)palloc(sizeof(ScanPos) * n);
+    uint64 *cand_group = (uint64 *)palloc(sizeof(uint64) * n);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
 
@@ -185,6 +239,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             }
             if (!pg::lock_item(id, false)) continue;  // someone else is on it
             if (!group_null) set_add(groups, group_hash);
+            cand_group[ncand] = group_hash;
             cand_tid[ncand] = tid;
             cand_pos[ncand] = ScanPos{ord, id};
             cand[ncand++] = id;
@@ -205,8 +260,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             bool has = direct::claim_of(t, id, snap, &c);
             bool ok = (!has || (c.lease_until <= now && c.attempt < q.max_attempts)) &&
                       direct::item_at(t, &cand_tid[i], snap, &it) && it.ready &&
-                      (it.group_null ||
-                       !direct::group_has_earlier(t, q.queue_id, it.group_key, id, snap)) &&
+                      group_admits(q, t, it, id, snap, cand_group[i], now, retry_at) &&
                       (!has || direct::claim_delete(t, &c.tid));
             if (!ok) {
                 pg::unlock_item(id);  // not ours to hold
@@ -239,6 +293,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);
     if (claimed > 0) api::after_tokens();
+    if (rate_taken > claimed)
+        shmem::rate_give_back(direct::items_relid(), q.queue_id, 0, rate_rule(q.rate, q.rate_per_us),
+                              rate_taken - claimed);
     shmem::count(q.queue_id, shmem::Metric::Claimed, claimed);
     return claimed;
 }
@@ -289,10 +346,12 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     for (;;) {
         // A paused queue hands out nothing; its resume wakes the waiters.
         if (q.paused) q = api::lookup_queue(name);
-        if (!q.paused &&
-            claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null, rsinfo) > 0)
+        TimestampTz retry_at = 0;
+        if (!q.paused && claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null,
+                                     rsinfo, &retry_at) > 0)
             break;
-        if (!api::wait_for_items(q.queue_id, deadline)) break;
+        // A rate that turned this call away lets it in at retry_at.
+        if (!api::wait_for_items(q.queue_id, deadline, retry_at)) break;
     }
     SPI_finish();
     return (Datum)0;
@@ -345,6 +404,8 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
             break;
         }
     }
+    // The claims ended: a slot under a max_active or group limit is free.
+    if (done > 0 && !at_once) shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 1));
     // Items that died end their waiting children, and wake item_state.
     int ndead = 0;
     for (uint64 i = 0; i < n; ++i)

@@ -8,6 +8,7 @@
 #include "api/arrays.hpp"
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
+#include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
@@ -30,33 +31,34 @@ struct ItemToken {
     int tok;  // index into the token array
 };
 
-// The retention of a queue, cached per backend like queue definitions.
-struct RetainEntry {
+// What a completion needs to know of a queue (pg::FinishSettings), cached
+// per backend like queue definitions.
+struct SettingsEntry {
     int32 queue_id;
-    int64 retain_us;
+    pg::FinishSettings settings;
     uint64 epoch;
     TimestampTz at;
 };
-constexpr int kRetainEntries = 16;
-constexpr int64 kRetainTtlUs = 1000000;
-RetainEntry retain_cache[kRetainEntries];
-int retain_next = 0;
+constexpr int kSettingsEntries = 16;
+constexpr int64 kSettingsTtlUs = 1000000;
+SettingsEntry settings_cache[kSettingsEntries];
+int settings_next = 0;
 
-// The queue's retention; connects SPI (*spi) on a miss.
-int64 queue_retain(int32 queue_id, TimestampTz now, bool *spi) {
+// The queue's settings; connects SPI (*spi) on a miss.
+pg::FinishSettings queue_settings(int32 queue_id, TimestampTz now, bool *spi) {
     uint64 epoch = shmem::queue_changes();
-    for (const RetainEntry &e : retain_cache)
-        if (e.queue_id == queue_id && e.at != 0 && e.epoch == epoch && now - e.at < kRetainTtlUs &&
-            now >= e.at)
-            return e.retain_us;
+    for (const SettingsEntry &e : settings_cache)
+        if (e.queue_id == queue_id && e.at != 0 && e.epoch == epoch &&
+            now - e.at < kSettingsTtlUs && now >= e.at)
+            return e.settings;
     if (!*spi) {
         SPI_connect();
         *spi = true;
     }
-    int64 us = pg::queue_retain_us(queue_id);
-    retain_cache[retain_next] = RetainEntry{queue_id, us, epoch, now};
-    retain_next = (retain_next + 1) % kRetainEntries;
-    return us;
+    pg::FinishSettings fs = pg::finish_settings(queue_id);
+    settings_cache[settings_next] = SettingsEntry{queue_id, fs, epoch, now};
+    settings_next = (settings_next + 1) % kSettingsEntries;
+    return fs;
 }
 
 }  // namespace
@@ -104,7 +106,8 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
                 c.lease_until <= now || !direct::item_get(t, pairs[i].item, snap, &it))
                 continue;
             bool ok;
-            if (queue_retain(it.queue_id, now, &spi) > 0) {
+            pg::FinishSettings fs = queue_settings(it.queue_id, now, &spi);
+            if (fs.retain_us > 0) {
                 if (!spi) {
                     SPI_connect();
                     spi = true;
@@ -125,6 +128,8 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
                 shmem::notify_finished(it.queue_id);
                 last_queue = it.queue_id;
             }
+            // A slot under the queue's or the group's limit is free.
+            if (fs.limited) shmem::notify_ready(shmem::WaitKind::Queue, it.queue_id, 1);
         }
         direct::release(snap);
     }

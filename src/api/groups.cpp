@@ -287,6 +287,12 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     SPI_connect();
     api::sync_caches();  // scan hints of a dropped installation must go
     api::QueueInfo q = api::lookup_queue_cached(name);
+    if (q.max_active > 0 || q.rate > 0)
+        pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
+                   "Claim from this queue with claim.claim_next, which keeps its limits."},
+                  "claim.group_claim cannot claim from queue \"%s\": it has a max_active or "
+                  "rate limit",
+                  name);
     if (lease_us < 0) lease_us = q.lease_us;
     api::before_tokens();
     ClaimArgs a;

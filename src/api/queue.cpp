@@ -124,6 +124,8 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
     if (pg::run(s_create, v, nullptr) == 0) {
         pg::error({ERRCODE_DUPLICATE_OBJECT}, "queue \"%s\" already exists", name);
     }
+    pg::free_result();
+    api::store_flow_settings(fcinfo, 5, false);
     SPI_finish();
     PG_RETURN_VOID();
 }

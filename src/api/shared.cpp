@@ -20,12 +20,15 @@ namespace pgclaim::api {
 
 namespace {
 pg::Stmt s_lookup = {
-    "SELECT queue_id, lease, max_attempts, paused FROM claim.queues WHERE name = $1", 1,
-    {TEXTOID}, nullptr};
-// A 0.1.0 catalog not yet updated has no paused column.
+    "SELECT queue_id, lease, max_attempts, paused, coalesce(max_active, 0), group_limit,"
+    "       coalesce(rate, 0), rate_per, rate_per_group "
+    "FROM claim.queues WHERE name = $1",
+    1, {TEXTOID}, nullptr};
+// A 0.1.0 catalog not yet updated has none of the newer columns.
 pg::Stmt s_lookup_v1 = {
-    "SELECT queue_id, lease, max_attempts, false FROM claim.queues WHERE name = $1", 1,
-    {TEXTOID}, nullptr};
+    "SELECT queue_id, lease, max_attempts, false, 0, 1, 0, interval '1 second', false "
+    "FROM claim.queues WHERE name = $1",
+    1, {TEXTOID}, nullptr};
 }  // namespace
 
 QueueInfo lookup_queue(const char *name) {
@@ -38,6 +41,11 @@ QueueInfo lookup_queue(const char *name) {
     q.lease_us = pg::interval_us(DatumGetIntervalP(pg::col(0, 2, &isnull)), "lease");
     q.max_attempts = pg::col_int32(0, 3);
     q.paused = DatumGetBool(pg::col(0, 4, &isnull));
+    q.max_active = pg::col_int32(0, 5);
+    q.group_limit = pg::col_int32(0, 6);
+    q.rate = pg::col_int32(0, 7);
+    q.rate_per_us = pg::interval_us(DatumGetIntervalP(pg::col(0, 8, &isnull)), "rate_per");
+    q.rate_per_group = DatumGetBool(pg::col(0, 9, &isnull));
     return q;
 }
 
@@ -64,17 +72,16 @@ QueueInfo lookup_queue_cached(const char *name) {
     int64 now = pg::clock_now();
     uint64 epoch = shmem::queue_changes();
     bool hit = false;
-    QueueDef def = {0, 0, 0, false};
+    QueueDef def{};
     pg::pure([&] {
         if (auto d = queue_cache().get(name, now, epoch)) {
             def = *d;
             hit = true;
         }
     });
-    if (hit) return QueueInfo{def.queue_id, def.lease_us, def.max_attempts, def.paused};
+    if (hit) return def;
     QueueInfo q = lookup_queue(name);
-    def = QueueDef{q.queue_id, q.lease_us, q.max_attempts, q.paused};
-    pg::pure([&] { queue_cache().put(name, def, now, epoch); });
+    pg::pure([&] { queue_cache().put(name, q, now, epoch); });
     return q;
 }
 
@@ -133,10 +140,12 @@ void unknown_queue(const char *name) {
               "queue \"%s\" does not exist", name);
 }
 
-bool wait_for_items(int32 queue_id, TimestampTz deadline) {
+bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at) {
     TimestampTz now = pg::clock_now();
     if (now >= deadline) return false;
-    if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((deadline - now + 999) / 1000)))
+    TimestampTz until = wake_at > 0 && wake_at < deadline ? wake_at : deadline;
+    if (until <= now) return true;  // look again at once
+    if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((until - now + 999) / 1000)))
         pg::pure([&] { hints().forget(queue_id); });
     return true;
 }

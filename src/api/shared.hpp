@@ -1,6 +1,7 @@
 // Helpers shared by the SQL surfaces in src/api.
 #pragma once
 
+#include "core/queue_cache.hpp"
 #include "core/rules.hpp"
 #include "core/scan_hint.hpp"
 #include "pg/pg.hpp"
@@ -12,15 +13,17 @@ inline constexpr int kMaxKeyBytes = 1024;  // group_key, dedup_key
 // 22023 unless the key (group_key, dedup_key) is 1 to kMaxKeyBytes long.
 void check_key_length(const text *key, const char *what);
 
-struct QueueInfo {
-    int32 queue_id;
-    int64_t lease_us;
-    int32 max_attempts;
-    bool paused;
-};
+// A queue's definition (core/queue_cache.hpp).
+using QueueInfo = pgclaim::QueueDef;
 
 // Looks the queue up by name (SPI must be connected); 42704 if unknown.
 QueueInfo lookup_queue(const char *name);
+
+// Checks and stores the flow-control arguments of create_queue and
+// alter_queue (max_active, group_limit, rate, rate_per, rate_per_group,
+// from argument `first` on) for the queue named by argument 0. SPI must be
+// connected.
+void store_flow_settings(FunctionCallInfo fcinfo, int first, bool altering);
 // The same through the backend's queue cache (core/queue_cache.hpp): for
 // the hot path of workers. An entry holds until a queue is altered,
 // paused or resumed anywhere (shmem::queue_changes), at most kTtlUs.
@@ -54,8 +57,9 @@ void forget_hints(int32 queue_id);
 // Wait until items of the queue may have become ready or `deadline` passes;
 // false once it has passed (nothing was waited for then). When a producer's
 // commit or the worker woke us, the backend's scan hints of the queue are
-// forgotten: the next scan starts at the head.
-bool wait_for_items(int32 queue_id, TimestampTz deadline);
+// forgotten: the next scan starts at the head. A `wake_at` before the
+// deadline (a rate limit's next allowance; 0: none) ends the wait then.
+bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at = 0);
 
 // Fencing tokens survive a crash (README, "Tokens"). Every function that
 // hands out tokens calls before_tokens() before its first nextval and

@@ -23,6 +23,11 @@ struct QueueDef {
     int64_t lease_us;
     int32_t max_attempts;
     bool paused;
+    int32_t max_active;   // live claims at most (0: no limit)
+    int32_t group_limit;  // live claims per group key at most
+    int32_t rate;         // claims per rate_per at most (0: no limit)
+    int64_t rate_per_us;
+    bool rate_per_group;  // the rate is per group key, not per queue
 };
 
 class QueueCache {

@@ -14,6 +14,7 @@ inline constexpr int kMaxQueueNameBytes = 63;
 inline constexpr int kMaxClaimBatch = 10000;            // claim_next n
 inline constexpr int kMaxGroupClaim = 100000;           // group_claim max_items
 inline constexpr int kMaxAttemptsLimit = 1000000;
+inline constexpr int kMaxActiveLimit = 1000000000;     // max_active, group_limit, rate
 inline constexpr int64_t kUsecPerSec = 1000000;
 inline constexpr int64_t kMaxLeaseUs = 7 * 24 * 3600 * kUsecPerSec;  // 7 days
 inline constexpr int64_t kMaxDelayUs = 366 * 24 * 3600 * kUsecPerSec; // backoff / retry_in

@@ -27,9 +27,6 @@ Stmt s_finish_retained = {
     "FROM d, claim.finished_ring r WHERE r.current",
     4, {INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID}, nullptr};
 
-Stmt s_queue_retain = {"SELECT retain FROM claim.queues WHERE queue_id = $1", 1, {INT4OID},
-                       nullptr};
-
 Stmt s_drop_edges = {
     "DELETE FROM claim.item_parents WHERE parent_id = ANY ($1) RETURNING child_id", 1,
     {INT8ARRAYOID}, nullptr};
@@ -143,19 +140,6 @@ bool finish_retained(int64 item_id, Datum result, bool result_null, int32 attemp
     bool done = run(s_finish_retained, v, nulls) > 0;
     free_result();
     return done;
-}
-
-int64 queue_retain_us(int32 queue_id) {
-    if (!lifecycle_catalog()) return 0;
-    Datum v[1] = {Int32GetDatum(queue_id)};
-    int64 us = 0;
-    if (run(s_queue_retain, v, nullptr) > 0) {
-        bool isnull;
-        Datum d = col(0, 1, &isnull);
-        if (!isnull) us = interval_us(DatumGetIntervalP(d), "retain");
-    }
-    free_result();
-    return us;
 }
 
 bool dependencies_possible() {

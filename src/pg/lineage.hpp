@@ -28,9 +28,6 @@ inline constexpr char kFinishedCancelled = 'x';
 bool finish_retained(int64 item_id, Datum result, bool result_null, int32 attempt,
                      TimestampTz now);
 
-// The queue's retention in microseconds (0: finished items are not kept).
-int64 queue_retain_us(int32 queue_id);
-
 // The worker's part: moves the history ring on when the current slot has
 // been written for a third of the longest retention and the next slot holds
 // only expired rows (then truncates it: no dead tuples); returns whether it

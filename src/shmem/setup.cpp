@@ -3,6 +3,7 @@
 // that every layer reads.
 #include "shmem/shared.hpp"
 #include "shmem/metrics.hpp"
+#include "shmem/rates.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -37,6 +38,7 @@ void shmem_request() {
     if (prev_shmem_request) prev_shmem_request();
     RequestAddinShmemSpace(shmem_size());
     RequestAddinShmemSpace(metrics_shmem_size());
+    RequestAddinShmemSpace(rates_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
 }
 
@@ -63,6 +65,7 @@ void shmem_startup() {
         shared->nwaiter_slots = waiter_slots();
     }
     metrics_shmem_init();
+    rates_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -1,0 +1,28 @@
+// Rate limits across all backends: one GCRA timestamp (core/rate_limit.hpp)
+// per (database, queue, group) in a fixed table of shared memory.
+#pragma once
+
+#include "core/rate_limit.hpp"
+#include "pg/pg.hpp"
+
+namespace pgclaim::shmem {
+
+// Entries of the table. A key that is idle (its timestamp passed) frees its
+// entry for another; when every entry near a key's place is busy, nothing
+// is granted for it until one frees (the limit is never overshot).
+inline constexpr int kRateEntries = 4096;
+
+Size rates_shmem_size();
+void rates_shmem_init();
+
+// Takes up to `want` claims for (queue, group) at `now` (group 0: the whole
+// queue); returns how many were granted. When fewer than `want`, *next_at
+// is when the next one will be. `install` tells installations of the
+// extension apart (pg::direct::items_relid(): queue ids restart with a new
+// one). 55000 without the preloaded library.
+int rate_take(Oid install, int32 queue_id, uint64 group, const RateRule &rule, int want,
+              TimestampTz now, TimestampTz *next_at);
+// Claims taken but not used.
+void rate_give_back(Oid install, int32 queue_id, uint64 group, const RateRule &rule, int n);
+
+}  // namespace pgclaim::shmem
