@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, List
+from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,23 +76,26 @@ def worker_run(dsn: str, queue: str, threads: int, prepare: bool) -> int:
     return stats.completed
 
 
-def window(kind: str, dsn: str, jobs: int, threads: int, prepare: bool) -> float:
+def window(kind: str, dsn: str, jobs: int, threads: int, prepare: bool) -> Tuple[float, float]:
+    """Jobs per second and this process's CPU microseconds per job."""
     queue = "bench_" + uuid.uuid4().hex[:8]
     fill(dsn, queue, jobs)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     done = (hand_loop if kind == "loop" else worker_run)(dsn, queue, threads, prepare)
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     drop(dsn, queue)
     assert done == jobs, f"{kind}: completed {done} of {jobs}"
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", default=os.environ.get("PGCLAIM_TEST_DSN", ""))
-    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--prepare", action="store_true",
                     help="let psycopg prepare statements (both sides); not behind PgBouncer < 1.21")
     args = ap.parse_args()
@@ -102,16 +105,18 @@ def main() -> int:
         feats = c.features
     print(f"jobs per window {args.jobs}, {args.threads} threads, prepare={args.prepare}, "
           f"one-round-trip loop (claim_next done =>): {'yes' if feats.claim_done else 'no (server lacks it)'}")
-    res: dict = {"loop": [], "worker": []}
+    res: Dict[str, List[float]] = {"loop": [], "worker": []}
+    cpu: Dict[str, List[float]] = {"loop": [], "worker": []}
     for _ in range(args.rounds):
         for kind in ("loop", "worker", "worker", "loop"):
-            rate = window(kind, args.dsn, args.jobs, args.threads, args.prepare)
+            rate, us = window(kind, args.dsn, args.jobs, args.threads, args.prepare)
             res[kind].append(rate)
-            print(f"  {kind:6s} {rate:8.0f} jobs/s", flush=True)
+            cpu[kind].append(us)
+            print(f"  {kind:6s} {rate:8.0f} jobs/s  {us:6.1f} us client CPU/job", flush=True)
     loop = statistics.mean(res["loop"])
     work = statistics.mean(res["worker"])
-    print(f"hand-written loop: {loop:.0f} jobs/s")
-    print(f"pg_claim.Worker:   {work:.0f} jobs/s")
+    print(f"hand-written loop: {loop:.0f} jobs/s, {statistics.mean(cpu['loop']):.1f} us client CPU/job")
+    print(f"pg_claim.Worker:   {work:.0f} jobs/s, {statistics.mean(cpu['worker']):.1f} us client CPU/job")
     print(f"ratio: {work / loop:.2f}x")
     return 0
 
