@@ -131,6 +131,28 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 	is(f("SELECT claim.complete($other)"), 1, 'the other partition completes its own');
 }
 
+# group_claim, pause, resume and cancel through the front
+{
+	my $q = 'q7';
+	my $k = part_of($q);
+	f(qq{SELECT claim.enqueue('$q', '{}', group_key => 'g') FROM generate_series(1, 3)});
+	my @g = split /\n/, f(qq{SELECT token FROM claim.group_claim('$q')});
+	is(scalar(@g), 3, 'group_claim through the front takes the whole group');
+	is(f("SELECT count(DISTINCT t) || ' ' || min(claim.token_partition(t)) FROM unnest(ARRAY[" . join(',', @g) . "]) t"),
+		"1 $k", 'under one token of the queue\'s partition');
+	is(f("SELECT claim.complete($g[0])"), 3, 'complete(token) finishes the group');
+
+	f(qq{SELECT claim.pause('$q')});
+	my $id = f(qq{SELECT claim.enqueue('$q')});
+	is(f(qq{SELECT count(*) FROM claim.claim_next('$q')}), 0, 'a paused queue hands out nothing');
+	f(qq{SELECT claim.resume('$q')});
+	my $tok = f(qq{SELECT token FROM claim.claim_next('$q')});
+	ok($tok, 'after resume it does');
+	is(f(qq{SELECT claim.cancel('$q', ARRAY[$id])}), 1, 'cancel through the front');
+	is(f("SELECT sqlstate_of('SELECT claim.complete($tok)')"), 'PC001',
+		'the cancelled claim\'s token is stale');
+}
+
 # views and item_state answered from all partitions
 is(f(q{SELECT count(*) FROM claim.queue_stats}), 16, 'queue_stats: every queue of every partition');
 is(f(q{SELECT count(DISTINCT datid::text || pid) >= 4 FROM claim.worker_status()}), 't',
