@@ -151,12 +151,22 @@ export interface QueueStats {
   dead: number;
   /** A node-postgres interval object, or null. */
   oldestReadyAge: unknown;
+  /** Items waiting for others (servers with enqueue(..., after)). */
+  waiting?: number;
+  /** Servers with claim.pause. */
+  paused?: boolean;
 }
 
 export interface CreateQueueOptions extends CallOptions {
   lease?: Duration;
   maxAttempts?: number;
   backoff?: Duration;
+  /** How long finished items stay visible to itemState (newer servers). */
+  retain?: Duration;
+  /** Newer servers: at most this many live claims in the queue. */
+  maxActive?: number;
+  /** Newer servers: live claims per group. */
+  groupLimit?: number;
 }
 
 export declare class Client {
@@ -176,6 +186,9 @@ export declare class Client {
   metrics(options?: CallOptions): Promise<Array<Record<string, unknown>>>;
   createQueue(queue: string, options?: CreateQueueOptions): Promise<void>;
   dropQueue(queue: string, options?: CallOptions): Promise<void>;
+  /** Stops deliveries from a queue. NotSupportedError without claim.pause. */
+  pause(queue: string, options?: CallOptions): Promise<void>;
+  resume(queue: string, options?: CallOptions): Promise<void>;
   /** Ends the pool if this Client created it. */
   close(): Promise<void>;
 }

@@ -84,7 +84,7 @@ class Client {
 
   /** Rows of claim.queue_stats (all queues, or one). */
   async stats(queue, opts = {}) {
-    const sql = 'SELECT queue, ready, scheduled, claimed, dead, oldest_ready_age FROM claim.queue_stats' +
+    const sql = 'SELECT * FROM claim.queue_stats' +
       (queue ? ' WHERE queue = $1::text' : '') + ' ORDER BY queue';
     const { rows } = await this._query(sql, queue ? [queue] : [], opts);
     return rows.map((r) => ({
@@ -94,6 +94,8 @@ class Client {
       claimed: Number(r.claimed),
       dead: Number(r.dead),
       oldestReadyAge: r.oldest_ready_age,
+      ...(r.waiting === undefined ? {} : { waiting: Number(r.waiting) }),
+      ...(r.paused === undefined ? {} : { paused: r.paused }),
     }));
   }
 
@@ -103,13 +105,38 @@ class Client {
     return rows;
   }
 
-  /** Creates a queue (an admin function). */
+  /**
+   * Creates a queue (an admin function). `retain` (keep finished items for
+   * itemState) and the other options of newer servers are passed only when
+   * given.
+   */
   async createQueue(queue, opts = {}) {
-    await this._query(
-      'SELECT claim.create_queue($1::text, $2::interval, $3::int, $4::interval)',
-      [queue, toInterval(opts.lease === undefined ? 30000 : opts.lease, 'lease'),
-        opts.maxAttempts === undefined ? 5 : opts.maxAttempts,
-        toInterval(opts.backoff === undefined ? 1000 : opts.backoff, 'backoff')], opts);
+    const params = [queue, toInterval(opts.lease === undefined ? 30000 : opts.lease, 'lease'),
+      opts.maxAttempts === undefined ? 5 : opts.maxAttempts,
+      toInterval(opts.backoff === undefined ? 1000 : opts.backoff, 'backoff')];
+    let call = 'claim.create_queue($1::text, $2::interval, $3::int, $4::interval';
+    const extra = [
+      ['retain', 'interval', opts.retain === undefined ? undefined : toInterval(opts.retain, 'retain')],
+      ['max_active', 'int', opts.maxActive],
+      ['group_limit', 'int', opts.groupLimit],
+    ];
+    for (const [name, type, value] of extra) {
+      if (value === undefined) continue;
+      params.push(value);
+      call += `, ${name} => $${params.length}::${type}`;
+    }
+    call += ')';
+    await this._query(`SELECT ${call}`, params, opts, params.length > 4 ? 'create_queue with these options' : null);
+  }
+
+  /** Stops deliveries from a queue (servers with claim.pause). */
+  async pause(queue, opts = {}) {
+    await this._query('SELECT claim.pause($1::text)', [queue], opts, 'claim.pause');
+  }
+
+  /** Resumes deliveries from a paused queue (servers with claim.resume). */
+  async resume(queue, opts = {}) {
+    await this._query('SELECT claim.resume($1::text)', [queue], opts, 'claim.resume');
   }
 
   /** Drops a queue with its items (an admin function). */

@@ -72,7 +72,7 @@ test('the heartbeat keeps a 2 s lease alive through a 6 s handler', { timeout: 3
 });
 
 test('an exception fails the item with its text; RetryError retries after its delay', { timeout: 30000 }, async () => {
-  const queue = await newQueue('node_fail', { maxAttempts: 3, backoff: 60000 });
+  const queue = await newQueue('node_fail', { maxAttempts: 3, backoff: 60000, ...(feats.itemState ? { retain: 60000 } : {}) });
   const [boomId] = await client.enqueueBatch(queue, [{ kind: 'boom' }]);
   const [retryId] = await client.enqueueBatch(queue, [{ kind: 'retry' }]);
   const seen = [];
@@ -343,7 +343,7 @@ test('Client: itemState waits for the outcome (when the server has it)', { timeo
     t.skip('the server has no claim.item_state');
     return;
   }
-  const queue = await newQueue('node_state');
+  const queue = await newQueue('node_state', { retain: 60000 });
   const id = await client.enqueue(queue, { x: 1 });
   assert.equal((await client.itemState(queue, id)).state, 'ready');
   const worker = new Worker({
