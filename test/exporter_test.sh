@@ -14,7 +14,8 @@
 #   3. runs a known workload (enqueue, claim, complete, fail to retry and to
 #      dead, cancel, pause) and keeps one session waiting in claim_next;
 #   4. starts the exporter as that role with --extend.query-path, scrapes
-#      /metrics and checks every pg_claim_* series against the workload.
+#      /metrics and checks every pg_claim_* series against the workload, and
+#      that every series ops/grafana/pg_claim.json queries is there.
 # The last line is "exporter: N passed, N failed". The servers are stopped
 # and the scratch directory removed on exit (EXPORTER_KEEP=1 keeps it).
 set -uo pipefail
@@ -168,6 +169,11 @@ oldest_ready_age_seconds  idle  0
 EOF
 age="$(value oldest_ready_age_seconds jobs)"
 check "pg_claim_oldest_ready_age_seconds{queue=\"jobs\"} > 0" yes "$(awk -v a="$age" 'BEGIN { print (a + 0 > 0) ? "yes" : "no" }')"
+# Every series the Grafana dashboard queries is exported.
+for series in $(grep -o 'pg_claim_[a-z_]*' "$ROOT/ops/grafana/pg_claim.json" | sort -u); do
+    check "ops/grafana/pg_claim.json: $series is exported" yes \
+        "$(grep -q "^$series{" "$SCRATCH/metrics.txt" && echo yes || echo no)"
+done
 if [[ $FAILED -gt 0 ]]; then
     echo "--- pg_claim series scraped:"; grep '^pg_claim_' "$SCRATCH/metrics.txt" | head -60
     echo "--- exporter log:"; tail -20 "$SCRATCH/exporter.log"
