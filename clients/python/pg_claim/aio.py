@@ -46,6 +46,7 @@ class _ASlot:
         self.beat_task: Optional["asyncio.Task[None]"] = None
         self.closed = False
         self.leases = LeaseClock(None)
+        self.released = 0              # token this slot released itself at shutdown
 
 
 class AsyncWorker:
@@ -195,6 +196,7 @@ class AsyncWorker:
                     self._cancel(slot)
             await asyncio.wait([s.task for s in alive if s.task is not None], timeout=0.05)
         waiting: List[_ASlot] = []
+        held_tx: List[Tuple[_ASlot, Job]] = []
         for slot in self._slots:
             if slot.task is None or slot.task.done():
                 continue
@@ -205,12 +207,14 @@ class AsyncWorker:
                 continue
             slot.abandoned = True
             if self.transactional:
+                # The slot rolls back and releases the item itself.
                 self._cancel(slot)
+                held_tx.append((slot, job))
             else:
                 await self._release(slot, job)
             waiting.append(slot)
         if waiting:
-            await asyncio.wait([s.task for s in waiting if s.task is not None], timeout=2.0)
+            await asyncio.wait([s.task for s in waiting if s.task is not None], timeout=1.0)
         for slot in waiting:
             if slot.task is not None and not slot.task.done():
                 slot.task.cancel()
@@ -218,6 +222,36 @@ class AsyncWorker:
                     await slot.task
                 except BaseException:
                     pass
+        for slot, job in held_tx:
+            if slot.released != job.token:
+                await self._release_fresh(slot, job)
+
+    async def _release_fresh(self, slot: _ASlot, job: Job) -> None:
+        """Release from a connection of our own, after the slot's
+        transaction was rolled back (its task cancelled) or its connection
+        closed."""
+        if slot.conn is not None and not slot.conn.closed and slot.conn.info.transaction_status != 0:
+            try:
+                await slot.conn.close()
+            except Exception as exc:
+                log.debug("close failed: %s", exc)
+        kwargs = dict(self.connect_kwargs)
+        kwargs.setdefault("prepare_threshold", None)
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kwargs)
+            try:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '5s'")
+                    await conn.execute(RELEASE_SQL, (job.token,))
+            finally:
+                await conn.close()
+            self.stats.released += 1
+            log.warning("worker %s: job %d still running after the grace period: its "
+                        "transaction was rolled back and the item released", self._label(), job.id)
+        except psycopg.Error as exc:
+            if _sqlstate(exc) != STALE:
+                log.warning("worker %s: could not release job %d (%s); it returns when its "
+                            "lease ends", self._label(), job.id, _error_text(exc))
 
     def _cancel(self, slot: _ASlot) -> None:
         conn = slot.conn
@@ -466,6 +500,7 @@ class AsyncWorker:
         try:
             await conn.execute(RELEASE_SQL, (job.token,))
             self.stats.released += 1
+            slot.released = job.token
             log.warning("worker %s: job %d rolled back and released at shutdown",
                         self._label(), job.id)
         except psycopg.Error as exc:

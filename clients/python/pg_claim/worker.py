@@ -277,7 +277,7 @@ class Worker:
                         self._cancel(slot)
             alive[0].thread.join(0.05)  # type: ignore[union-attr]
         # Past the grace period: give back what is still held.
-        waiting_tx: List[_Slot] = []
+        waiting_tx: List[Tuple[_Slot, Job]] = []
         for slot in self._slots:
             if slot.thread is None or not slot.thread.is_alive():
                 continue
@@ -289,23 +289,45 @@ class Worker:
                     continue
                 slot.abandoned = True
             if self.transactional:
-                # The handler's transaction holds the item; cancel its current
-                # statement; the slot rolls back and releases the item itself.
+                # The handler's transaction holds the item: cancel its current
+                # statement; the slot then rolls back and releases the item.
                 self._cancel(slot)
-                waiting_tx.append(slot)
+                waiting_tx.append((slot, job))
             else:
                 self._release(slot, job)
-        end = time.monotonic() + 2.0
-        for slot in waiting_tx:
-            if slot.thread is not None:
-                slot.thread.join(max(0.0, end - time.monotonic()))
-                if slot.thread.is_alive():
-                    log.warning("worker %s: job %d still running after the grace period; "
-                                "its item returns when its lease ends", self._label(), slot.job.id
-                                if slot.job else -1)
+        end = time.monotonic() + 1.0
+        for slot, job in waiting_tx:
+            assert slot.thread is not None
+            slot.thread.join(max(0.0, end - time.monotonic()))
+            if slot.thread.is_alive():
+                # The handler does not return. Close its connection, so that
+                # the server rolls its transaction back, and give the item
+                # back from a connection of our own.
+                if slot.conn is not None:
+                    try:
+                        slot.conn.close()
+                    except Exception as exc:
+                        log.debug("close failed: %s", exc)
+                self._release_fresh(slot, job)
         for slot in self._slots:
             if slot.thread is not None and slot.thread.is_alive():
-                slot.thread.join(0.5)
+                slot.thread.join(0.2)
+
+    def _release_fresh(self, slot: _Slot, job: Job) -> None:
+        kwargs = dict(self.connect_kwargs)
+        kwargs.setdefault("prepare_threshold", None)
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True, **kwargs) as conn:
+                with conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '5s'")
+                    conn.execute(RELEASE_SQL, (job.token,))
+            self._count(slot, "released")
+            log.warning("worker %s: job %d still running after the grace period: its "
+                        "transaction was closed and the item released", self._label(), job.id)
+        except psycopg.Error as exc:
+            if _sqlstate(exc) != STALE:
+                log.warning("worker %s: could not release job %d (%s); it returns when its "
+                            "lease ends", self._label(), job.id, _error_text(exc))
 
     def _cancel(self, slot: _Slot) -> None:
         conn = slot.conn

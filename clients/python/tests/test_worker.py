@@ -273,16 +273,22 @@ def test_stop_from_another_thread(dsn: str, client: pg_claim.Client, queue: str)
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "transactional"])
 def test_async_worker_stop_releases_after_grace(dsn: str, conn: "psycopg.Connection[Any]",
-                                                client: pg_claim.Client, queue: str) -> None:
+                                                client: pg_claim.Client, queue: str,
+                                                transactional: bool) -> None:
     items = client.enqueue_batch(queue, [{}, {}])
     started: List[int] = []
 
     async def handler(job: pg_claim.Job) -> None:
+        if transactional:
+            await job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'a', %s, %s)",
+                                   (job.id, job.token, job.attempt))
         started.append(job.id)
         await asyncio.sleep(60)
 
-    worker = pg_claim.AsyncWorker(dsn, queue, handler, concurrency=3, wait=30, grace=0.5)
+    worker = pg_claim.AsyncWorker(dsn, queue, handler, concurrency=3, wait=30, grace=0.5,
+                                  lease=60, transactional=transactional)
 
     async def main() -> pg_claim.WorkerStats:
         task = asyncio.ensure_future(worker.run())
@@ -299,3 +305,4 @@ def test_async_worker_stop_releases_after_grace(dsn: str, conn: "psycopg.Connect
     # Released: ready again at once, attempt not used up.
     rows = conn.execute("SELECT id, attempt FROM claim.claim_next(%s, 2)", (queue,)).fetchall()
     assert sorted(r[0] for r in rows) == sorted(items) and [r[1] for r in rows] == [1, 1]
+    assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
