@@ -157,8 +157,8 @@ declare -A R
 for r in $(seq 1 "$ROUNDS"); do
     log "round $r/$ROUNDS: filling queues"
     fill
-    R[direct]+="$(bench 0 "$S/one.sql" "$CLIENTS" "$OUT/direct-$r.log") "
-    R[front]+="$(bench $F "$S/one.sql" "$CLIENTS" "$OUT/front-$r.log") "
+    d=$(bench 0 "$S/one.sql" "$CLIENTS" "$OUT/direct-$r.log")
+    f=$(bench $F "$S/one.sql" "$CLIENTS" "$OUT/front-$r.log")
     per=$(( (CLIENTS + 3) / 4 ))
     pids=()
     for k in 0 1 2 3; do
@@ -166,13 +166,19 @@ for r in $(seq 1 "$ROUNDS"); do
         pids+=($!)
     done
     wait "${pids[@]}"
-    R[direct4]+="$(cat "$WORK"/d4-* | awk '{s += $1} END {print s}') "
-    R[front4]+="$(bench $F "$S/spread.sql" "$CLIENTS" "$OUT/front4-$r.log") "
+    d4=$(cat "$WORK"/d4-* | awk '{s += $1} END {print s}')
+    f4=$(bench $F "$S/spread.sql" "$CLIENTS" "$OUT/front4-$r.log")
+    R[direct]+="$d "; R[front]+="$f "; R[direct4]+="$d4 "; R[front4]+="$f4 "
+    # Ratios within a round (windows run back to back): steadier than ratios
+    # of medians when neighbours load the machine unevenly.
+    R[hop]+="$(awk -v a="$f" -v b="$d" 'BEGIN {print a / b}') "
+    R[hop4]+="$(awk -v a="$f4" -v b="$d4" 'BEGIN {print a / b}') "
+    R[grow]+="$(awk -v a="$d4" -v b="$d" 'BEGIN {print a / b}') "
     for k in 0 1 2 3; do
         [[ $(sql "$k" -c "SELECT count(*) FILTER (WHERE ready = 0) FROM claim.queue_stats") == 0 ]] \
             || die "a queue ran dry during round $r: raise the fill"
     done
-    log "round $r: direct ${R[direct]} front ${R[front]} direct4 ${R[direct4]} front4 ${R[front4]}"
+    log "round $r: direct $d front $f direct x4 $d4 front x4 $f4"
 done
 
 m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
@@ -185,7 +191,8 @@ d=$(m direct); f=$(m front); d4=$(m direct4); f4=$(m front4)
     printf '%-44s %12.0f\n' "through the front, the same queue" "$f"
     printf '%-44s %12.0f\n' "direct, four partitions at once" "$d4"
     printf '%-44s %12.0f\n' "through the front, 16 queues on 4 partitions" "$f4"
-    awk -v d="$d" -v f="$f" 'BEGIN {printf "front / direct (the hop):             %.2fx\n", f / d}'
-    awk -v d="$d4" -v f="$f4" 'BEGIN {printf "front x4 / direct x4:                 %.2fx\n", f / d}'
-    awk -v d="$d" -v d4="$d4" 'BEGIN {printf "direct x4 / direct (one machine):     %.2fx\n", d4 / d}'
+    echo "ratios (median of the per-round ratios):"
+    printf 'front / direct (the cost of the hop):  %.2fx\n' "$(m hop)"
+    printf 'front x4 / direct x4:                  %.2fx\n' "$(m hop4)"
+    printf 'direct x4 / direct (one machine):      %.2fx\n' "$(m grow)"
 } | tee "$OUT/summary.txt"
