@@ -113,7 +113,10 @@ CREATE TYPE claim.item_status AS (
 
 CREATE FUNCTION claim.create_queue(queue text, lease interval DEFAULT '30 s',
                                    max_attempts integer DEFAULT 5, backoff interval DEFAULT '1 s',
-                                   retain interval DEFAULT '0')
+                                   retain interval DEFAULT '0', max_active integer DEFAULT NULL,
+                                   group_limit integer DEFAULT 1, rate integer DEFAULT NULL,
+                                   rate_per interval DEFAULT '1 s',
+                                   rate_per_group boolean DEFAULT false)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
     RUN ON claim.route_hash(queue);
@@ -121,7 +124,10 @@ $$;
 
 CREATE FUNCTION claim.alter_queue(queue text, lease interval DEFAULT NULL,
                                   max_attempts integer DEFAULT NULL,
-                                  backoff interval DEFAULT NULL, retain interval DEFAULT NULL)
+                                  backoff interval DEFAULT NULL, retain interval DEFAULT NULL,
+                                  max_active integer DEFAULT NULL, group_limit integer DEFAULT NULL,
+                                  rate integer DEFAULT NULL, rate_per interval DEFAULT NULL,
+                                  rate_per_group boolean DEFAULT NULL)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
     RUN ON claim.route_hash(queue);
@@ -193,6 +199,40 @@ CREATE FUNCTION claim.group_claim(queue text, max_items integer DEFAULT 1000,
 RETURNS SETOF claim.item LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
     RUN ON claim.route_hash(queue);
+$$;
+
+-- A schedule fires on the partition of its queue. Its name is looked up on
+-- every partition by unschedule: keep schedule names unique across queues.
+CREATE FUNCTION claim.schedule(name text, cron text, queue text, payload jsonb DEFAULT '{}',
+                               group_key text DEFAULT NULL, priority integer DEFAULT 0,
+                               timezone text DEFAULT 'UTC')
+RETURNS void LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON claim.route_hash(queue);
+$$;
+
+CREATE FUNCTION claim.partition_unschedule(name text)
+RETURNS SETOF boolean LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON ALL;
+    SELECT claim.unschedule(name);
+$$;
+
+-- true when a schedule of that name was removed on any partition.
+CREATE FUNCTION claim.unschedule(name text)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT COALESCE(bool_or(r), false) FROM claim.partition_unschedule(name) AS r
+$$;
+
+-- Pure computation: any partition answers.
+CREATE FUNCTION claim.cron_next(cron text, after timestamptz DEFAULT pg_catalog.clock_timestamp(),
+                                timezone text DEFAULT 'UTC')
+RETURNS timestamptz LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON ANY;
 $$;
 
 -- ----------------------------------------------------------------- tokens
@@ -322,6 +362,20 @@ RETURNS SETOF record LANGUAGE plproxy AS $$
     RUN ON ALL;
 $$;
 
+-- Per-queue counters and gauges of every partition (each queue is on one).
+CREATE FUNCTION claim.metrics(OUT queue text,
+                              OUT enqueued bigint, OUT claimed bigint, OUT completed bigint,
+                              OUT failed bigint, OUT dead bigint, OUT expired bigint,
+                              OUT cancelled bigint,
+                              OUT ready bigint, OUT scheduled bigint, OUT in_flight bigint,
+                              OUT dead_items bigint, OUT waiting bigint,
+                              OUT oldest_ready_age interval, OUT paused boolean,
+                              OUT waiters integer)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON ALL;
+$$;
+
 -- The views: the rows of every partition. A queue lives on one partition,
 -- so the rows of one queue come from one partition.
 CREATE FUNCTION claim.partition_queue_stats(
@@ -394,12 +448,31 @@ RETURNS SETOF record LANGUAGE plproxy AS $$
 $$;
 CREATE VIEW claim.leases AS SELECT * FROM claim.partition_leases();
 
+CREATE FUNCTION claim.partition_schedules(
+    OUT name text, OUT cron text, OUT timezone text, OUT queue text, OUT next_run timestamptz,
+    OUT last_run timestamptz, OUT last_item bigint, OUT payload jsonb, OUT group_key text,
+    OUT priority integer)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON ALL;
+    SELECT s.name, s.cron, s.timezone, s.queue, s.next_run, s.last_run, s.last_item, s.payload,
+           s.group_key, s.priority
+    FROM claim.schedules s;
+$$;
+CREATE VIEW claim.schedules AS SELECT * FROM claim.partition_schedules();
+
 -- ------------------------------------------------------------- privileges
 -- As on the partitions: queue administration, redrive, purge and the worker
 -- status are not for PUBLIC (the partitions check again with the mapped user).
 
-REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval, integer,
+                                               integer, integer, interval, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval, integer,
+                                              integer, integer, interval, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.partition_unschedule(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.unschedule(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.metrics() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.drop_queue(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.pause(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.resume(text) FROM PUBLIC;
@@ -408,4 +481,4 @@ REVOKE EXECUTE ON FUNCTION claim.partition_lease_purge(interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.lease_purge(interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.worker_status() FROM PUBLIC;
 REVOKE ALL ON claim.queue_stats, claim.dead_items, claim.claimed_items, claim.finished_items,
-              claim.blocked_groups, claim.leases FROM PUBLIC;
+              claim.blocked_groups, claim.leases, claim.schedules FROM PUBLIC;

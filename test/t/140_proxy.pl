@@ -157,6 +157,21 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 is(f(q{SELECT count(*) FROM claim.queue_stats}), 16, 'queue_stats: every queue of every partition');
 is(f(q{SELECT count(DISTINCT datid::text || pid) >= 4 FROM claim.worker_status()}), 't',
 	'worker_status: the workers of every partition');
+is(f(q{SELECT count(*) FROM claim.metrics() WHERE queue LIKE 'q%'}), 16,
+	'metrics: every queue of every partition');
+
+# flow control and schedules through the front
+f(q{SELECT claim.alter_queue('q9', max_active => 2)});
+is(on(part_of('q9'), q{SELECT max_active FROM claim.queues WHERE name = 'q9'}), 2,
+	'alter_queue(max_active) reaches the partition of the queue');
+f(q{SELECT claim.schedule('nightly', '0 3 * * *', 'q3', '{"s": 1}')});
+is(f(q{SELECT queue FROM claim.schedules}), 'q3', 'schedules: the schedule is listed');
+is(on(part_of('q3'), q{SELECT count(*) FROM claim.schedules WHERE name = 'nightly'}), 1,
+	'it lives on the partition of its queue');
+is(f(q{SELECT claim.cron_next('0 3 * * *', '2026-01-01 10:00+00', 'UTC') = '2026-01-02 03:00+00'}),
+	't', 'cron_next through the front');
+is(f(q{SELECT claim.unschedule('nightly')}), 't', 'unschedule finds it');
+is(f(q{SELECT claim.unschedule('nightly')}), 'f', 'and it is gone');
 
 # ------------------------------------------------------------- waits
 sub bg
