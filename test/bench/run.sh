@@ -18,6 +18,8 @@
 #                            and write the top statements of each run to logs/stats.txt
 #   BENCH_KEEP=1             keep the cluster directory at exit (for post-mortems)
 #   BENCH_OUT=dir            output directory (default test/bench/out)
+#   CLIENTS="16 64 128"      client counts (default 16): one whole run per count, see below
+#   BENCH_THREADS=2          pgbench threads (-j)
 #
 # As root the server runs as the unprivileged OS user `pgclaim` (created by test/setup.sh).
 # The cluster lives in a temp directory with its own unix socket (no TCP) and is removed at exit.
@@ -35,8 +37,24 @@ WINDOWS1=${BENCH_WINDOWS1:-$([[ $QUICK == 1 ]] && echo 1 || echo 2)}
 PIN_DUR=${BENCH_PIN_DURATION:-$d_pin}
 PIN_TAIL=${BENCH_PIN_TAIL:-$d_tail}
 BACKLOG=${BENCH_BACKLOG:-1000000}
-CLIENTS=16
-THREADS=2
+# CLIENTS="16 64 128": the whole bench once per client count, each with its own cluster, output
+# in $OUT/clients_N/ and the summaries one after the other in $OUT/summary.txt.
+read -r -a CLIENTS_LIST <<<"${CLIENTS:-16}"
+for c in "${CLIENTS_LIST[@]}"; do [[ $c =~ ^[1-9][0-9]*$ ]] || { echo "CLIENTS: '$c' is not a client count" >&2; exit 2; }; done
+if (( ${#CLIENTS_LIST[@]} > 1 )); then
+    rc=0
+    for c in "${CLIENTS_LIST[@]}"; do
+        CLIENTS=$c BENCH_OUT=$OUT/clients_$c bash "${BASH_SOURCE[0]}" || rc=1
+    done
+    for c in "${CLIENTS_LIST[@]}"; do
+        echo "=== CLIENTS=$c"
+        cat "$OUT/clients_$c/summary.txt" 2>/dev/null || echo "(no summary: the run failed)"
+        echo
+    done | tee "$OUT/summary.txt"
+    exit $rc
+fi
+CLIENTS=${CLIENTS_LIST[0]}
+THREADS=${BENCH_THREADS:-2}
 BATCH=500
 BATCH_CLIENTS=4
 FILL_CHUNK=10000
@@ -129,7 +147,7 @@ port = $PORT
 unix_socket_directories = '$SOCK'
 shared_preload_libraries = '$preload_csv'
 shared_buffers = 1GB
-max_connections = 100
+max_connections = $(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
 max_locks_per_transaction = 256
 synchronous_commit = on
 # Equal for both sides: no checkpoint inside a window (each run starts with an explicit CHECKPOINT).
