@@ -14,6 +14,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use Time::HiRes qw(time usleep sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('schedules');
@@ -127,6 +128,52 @@ is(epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'missed'}), $tick1 
 	'missed: next_run is the first tick after the restart');
 $node->safe_psql('postgres', q{SELECT claim.unschedule('missed')});
 
+# ---------------------------------------------------------------- a second firer
+# A session plays a second worker: it locks a schedule before its tick,
+# holds the lock across the tick, then fires the tick itself as the worker
+# does (compare-and-set on next_run) and commits. The worker skips the
+# locked row without waiting (another schedule keeps firing meanwhile) and
+# does not fire that tick again once the session committed.
+$sec = (int(time) + 3) % 60;
+$node->safe_psql('postgres', qq{
+	SELECT claim.schedule('contended', '$sec * * * * *', 'ticks');
+	SELECT claim.schedule('free', '* * * * * *', 'ticks');});
+$tick = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'contended'});
+my ($in, $out, $err) = (qq{
+BEGIN;
+SELECT 1 FROM claim.schedule_defs WHERE name = 'contended' FOR UPDATE;
+SELECT pg_sleep_until(to_timestamp($tick + 1.5));
+UPDATE claim.schedule_defs s
+SET next_run = claim.cron_next(s.cron, clock_timestamp(), s.timezone), last_run = s.next_run,
+    last_item = claim.enqueue('ticks', s.payload, s.group_key, NULL, s.priority,
+                              'schedule:contended:$tick')
+WHERE s.name = 'contended' AND s.next_run = to_timestamp($tick);
+COMMIT;
+}, '', '');
+my $h = IPC::Run::start([ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres') ],
+	'<', \$in, '>', \$out, '2>', \$err);
+$h->finish;
+is($?, 0, 'second firer: its transaction committed') or diag($err);
+my ($free_n) = split /\|/, items_of('free');
+cmp_ok($free_n, '>=', 2, 'second firer: the worker went on firing other schedules meanwhile');
+$node->safe_psql('postgres', q{SELECT claim.unschedule('free')});
+sleep(1.5);
+is(items_of('contended'), "1|1|$tick|$tick", 'second firer: one item for the tick, not two');
+is($node->safe_psql('postgres', q{
+	SELECT s.last_item = i.id FROM claim.schedules s, claim.items i
+	WHERE s.name = 'contended' AND i.dedup_key LIKE 'schedule:contended:%'}), 't',
+	'second firer: its item is the one recorded');
+# A compare-and-set on a tick that already fired changes nothing and enqueues nothing.
+my $before = $node->safe_psql('postgres', 'SELECT count(*) FROM claim.items');
+is($node->safe_psql('postgres', qq{
+	WITH u AS (
+	  UPDATE claim.schedule_defs s SET last_item = claim.enqueue('ticks', '{}')
+	  WHERE s.name = 'contended' AND s.next_run = to_timestamp($tick) RETURNING 1)
+	SELECT count(*) FROM u}), '0', 'a stale compare-and-set does nothing');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.items'), $before,
+	'... and enqueues nothing');
+$node->safe_psql('postgres', q{SELECT claim.unschedule('contended')});
+
 # ---------------------------------------------------------------- while the worker sleeps
 # The worker sleeps up to pg_claim.worker_naptime when it knows of nothing
 # sooner; the first tick of a new schedule fires at most that late.
@@ -146,4 +193,24 @@ my $log = slurp_file($node->logfile);
 unlike($log, qr/pg_claim: schedule .* (skipped|has no next tick)/, 'no schedule was skipped');
 
 $node->stop;
+
+# ---------------------------------------------------------------- without the preload
+# The schedule is stored, and the session is told once that nothing fires it.
+my $plain = PostgreSQL::Test::Cluster->new('no_preload');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', q{
+	CREATE EXTENSION pg_claim;
+	SELECT claim.create_queue('ticks', '1 minute', 3, '1 second');});
+my ($rc, $stdout, $stderr) = $plain->psql('postgres', q{
+	SELECT claim.schedule('a', '* * * * *', 'ticks');
+	SELECT claim.schedule('b', '* * * * *', 'ticks');});
+is($rc, 0, 'without the preload: schedule succeeds');
+my @notices = ($stderr =~ /NOTICE:  schedules fire only where pg_claim is preloaded/g);
+is(scalar(@notices), 1, 'without the preload: one NOTICE per session') or diag($stderr);
+like($stderr, qr/HINT:  Add pg_claim to shared_preload_libraries/, '... with a hint');
+is($plain->safe_psql('postgres', 'SELECT count(*) FROM claim.schedules'), '2',
+	'without the preload: the schedules are stored');
+$plain->stop;
+
 done_testing();
