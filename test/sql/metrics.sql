@@ -6,17 +6,20 @@ CREATE EXTENSION pg_claim;
 SELECT pg_get_function_result('claim.metrics()'::regprocedure);
 SELECT pg_get_function_result('claim.queue_counters(integer)'::regprocedure);
 
+-- The queue's row of claim.metrics() (counters without a slot read NULL: 0 here).
 CREATE FUNCTION pg_temp.m(q text) RETURNS TABLE (enq bigint, clm bigint, cpl bigint, fld bigint,
     dead bigint, exp bigint, cxl bigint, ready bigint, sched bigint, in_flight bigint,
     dead_items bigint, waiting bigint, paused boolean, waiters integer)
 LANGUAGE sql AS $$
-    SELECT enqueued, claimed, completed, failed, dead, expired, cancelled, ready, scheduled,
-           in_flight, dead_items, waiting, paused, waiters
+    SELECT coalesce(enqueued, 0), coalesce(claimed, 0), coalesce(completed, 0),
+           coalesce(failed, 0), coalesce(dead, 0), coalesce(expired, 0), coalesce(cancelled, 0),
+           ready, scheduled, in_flight, dead_items, waiting, paused, waiters
     FROM claim.metrics() WHERE queue = q
 $$;
 
 SELECT claim.create_queue('m', lease => '1 hour', max_attempts => 2, backoff => '0');
--- A new queue: counters zero (or NULL until counted: no slot yet).
+-- A new queue: counters zero (NULL, shown as 0 here, until its first count
+-- takes a slot).
 SELECT * FROM pg_temp.m('m');
 
 -- enqueue (direct path, dedup path, batch, after, trigger), claim,
