@@ -347,7 +347,7 @@ PGCLAIM_FUNCTION(pgclaim_redrive) {
     require_queue_exists(name);
     pg::run(s_redrive, v, nulls);
     int32 n = pg::col_int32(0, 1);
-    int32 qid = pg::col_int32(0, 2);
+    int32 qid = pg::col_int32_or(0, 2, 0);  // NULL when nothing was redriven
     SPI_finish();
     if (n > 0) {
         api::forget_hints(qid);

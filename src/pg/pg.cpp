@@ -156,16 +156,36 @@ Datum col(uint64 row, int colno, bool *isnull) {
     return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, colno, isnull);
 }
 
+namespace {
+[[noreturn]] void unexpected_null(int colno) {
+    error({ERRCODE_INTERNAL_ERROR}, "pg_claim: column %d of a result is NULL", colno);
+}
+}  // namespace
+
 int64_t col_int64(uint64 row, int colno) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
-    return isnull ? 0 : DatumGetInt64(d);
+    if (isnull) unexpected_null(colno);
+    return DatumGetInt64(d);
+}
+
+int64_t col_int64_or(uint64 row, int colno, int64_t if_null) {
+    bool isnull;
+    Datum d = col(row, colno, &isnull);
+    return isnull ? if_null : DatumGetInt64(d);
 }
 
 int32_t col_int32(uint64 row, int colno) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
-    return isnull ? 0 : DatumGetInt32(d);
+    if (isnull) unexpected_null(colno);
+    return DatumGetInt32(d);
+}
+
+int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
+    bool isnull;
+    Datum d = col(row, colno, &isnull);
+    return isnull ? if_null : DatumGetInt32(d);
 }
 
 bool lock_item(int64_t item_id, bool wait) {

@@ -122,9 +122,14 @@ uint64 run(Stmt &s, Datum *values, const char *nulls, long limit = 0);
 void free_result();
 
 // Column accessors on SPI_tuptable row `row` (1-based column numbers).
+// col_int64/col_int32 read columns the statement never leaves NULL: a NULL
+// there raises (the statement and the code disagree); the _or forms say
+// what NULL stands for.
 Datum col(uint64 row, int colno, bool *isnull);
 int64_t col_int64(uint64 row, int colno);
 int32_t col_int32(uint64 row, int colno);
+int64_t col_int64_or(uint64 row, int colno, int64_t if_null);
+int32_t col_int32_or(uint64 row, int colno, int32_t if_null);
 
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
