@@ -132,6 +132,10 @@ int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
     return us;
 }
 
+// How often a claimer waiting at a concurrency limit looks again, besides
+// being woken by the completions that free a slot.
+constexpr int64 kLimitRecheckUs = USECS_PER_SEC;
+
 // How many of `n` items the queue's limits let this call claim now
 // (max_active, a rate for the whole queue); *rate_taken is what it took
 // from the rate, *retry_at when a limit that turned it away may let it in.
@@ -185,7 +189,10 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     *retry_at = 0;
     int rate_taken = 0;
     n = limited_batch(q, n, now, &rate_taken, retry_at);
-    if (n == 0) return 0;
+    if (n == 0) {
+        if (q.max_active > 0) pg::unlock_queue_claims(q.queue_id);
+        return 0;
+    }
 
     // Scheduled items that are due become ready (in place, keeping their id).
     bool check_due = true;
@@ -293,6 +300,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);
     if (claimed > 0) api::after_tokens();
+    if (claimed == 0 && q.max_active > 0) pg::unlock_queue_claims(q.queue_id);
     if (rate_taken > claimed)
         shmem::rate_give_back(direct::items_relid(), q.queue_id, 0, rate_rule(q.rate, q.rate_per_us),
                               rate_taken - claimed);
@@ -350,7 +358,10 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
         if (!q.paused && claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null,
                                      rsinfo, &retry_at) > 0)
             break;
-        // A rate that turned this call away lets it in at retry_at.
+        // A rate that turned this call away lets it in at retry_at; at a
+        // concurrency limit the call also looks again every second.
+        if (retry_at == 0 && (q.max_active > 0 || q.group_limit > 1))
+            retry_at = pg::clock_now() + kLimitRecheckUs;
         if (!api::wait_for_items(q.queue_id, deadline, retry_at)) break;
     }
     SPI_finish();

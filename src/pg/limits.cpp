@@ -40,6 +40,12 @@ void lock_queue_claims(int32 queue_id) {
     (void)LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
+void unlock_queue_claims(int32 queue_id) {
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, (uint32)queue_id, kLockQueueClaims);
+    (void)LockRelease(&tag, ExclusiveLock, false);
+}
+
 int64 live_claims(int32 queue_id, TimestampTz now) {
     Datum v[2] = {Int32GetDatum(queue_id), TimestampTzGetDatum(now)};
     return count_of(s_live, v);

@@ -10,6 +10,9 @@ namespace pgclaim::pg {
 // (waiting for each other) before they count, and keep it until they
 // commit: a claim counted by nobody cannot slip in between.
 void lock_queue_claims(int32 queue_id);
+// A claimer that claimed nothing under the lock gives it back at once, so a
+// claimer waiting at the limit does not hold the others up.
+void unlock_queue_claims(int32 queue_id);
 
 // Live claims of the queue at `now`, in the latest committed state.
 int64 live_claims(int32 queue_id, TimestampTz now);
