@@ -192,6 +192,35 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.schedule_defs WHERE
 my $log = slurp_file($node->logfile);
 unlike($log, qr/pg_claim: schedule .* (skipped|has no next tick)/, 'no schedule was skipped');
 
+# ---------------------------------------------------------------- an item that cannot be enqueued
+# Two schedules on the same tick; the enqueue of one fails (a trigger on
+# claim.items refuses its payload). The other fires; the failing one skips
+# that tick with a WARNING and goes on with its next tick.
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NEW.payload ? 'refuse' THEN RAISE EXCEPTION 'refused by test'; END IF;
+		RETURN NEW;
+	END $$;
+	CREATE TRIGGER refuse BEFORE INSERT ON claim.items FOR EACH ROW EXECUTE FUNCTION public.refuse();});
+$sec = (int(time) + 3) % 60;
+$node->safe_psql('postgres', qq{
+	SELECT claim.schedule('good', '$sec * * * * *', 'ticks');
+	SELECT claim.schedule('bad', '$sec * * * * *', 'ticks', '{"refuse": 1}');});
+$tick = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'good'});
+is(poll_until(q{SELECT count(*) FROM claim.schedules WHERE name IN ('good', 'bad')
+                AND next_run > now() + interval '30 seconds'}, '2', 10),
+	'2', 'failing enqueue: both schedules moved on to their next tick');
+is(items_of('good'), "1|1|$tick|$tick", 'failing enqueue: the other schedule fired');
+is(items_of('bad'), '0|0|0|0', 'failing enqueue: no item for the failing one');
+is($node->safe_psql('postgres', q{SELECT last_run IS NULL FROM claim.schedules WHERE name = 'bad'}),
+	't', 'failing enqueue: its tick did not count as run');
+like(slurp_file($node->logfile), qr/WARNING:  pg_claim: schedule "bad" skipped its tick at .*refused by test/,
+	'failing enqueue: a WARNING names the schedule and the error');
+$node->safe_psql('postgres', q{
+	DROP TRIGGER refuse ON claim.items;
+	SELECT claim.unschedule('good'); SELECT claim.unschedule('bad');});
+
 $node->stop;
 
 # ---------------------------------------------------------------- without the preload
