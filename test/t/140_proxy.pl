@@ -291,9 +291,12 @@ f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queu
 {
 	my $down = part_of('q0');
 	my ($up_q) = grep { part_of($_) != $down } @queues;
-	$parts[$down]->stop('fast');
+	f(q{SELECT claim.enqueue('q0')});
+	my $before = f(q{SELECT token FROM claim.claim_next('q0')});
+	# A crash: the tokens handed out after the restart must still be higher.
+	$parts[$down]->stop('immediate');
 	is(f(qq{SELECT claim.enqueue('$up_q', '{}') > 0}), 't',
-		"partition $down stopped: $up_q on another partition still works");
+		"partition $down crashed: $up_q on another partition still works");
 	my $t0 = time;
 	($ret, $out, $err) = $front->psql('postgres', q{SELECT claim.enqueue('q0', '{}')});
 	isnt($ret, 0, 'a call for the stopped partition fails');
@@ -309,8 +312,16 @@ f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queu
 		usleep(100_000);
 	}
 	ok($ok, 'calls for the partition work again once it is back');
-	is(f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('q0', 10)))}), 1,
-		'and its queue is served');
+	# The claim of before the crash is gone with the crash (claims are
+	# unlogged): its item is delivered again, with the new one.
+	my @after = split /\n/, f(q{SELECT token FROM claim.claim_next('q0', 10)});
+	is(scalar(@after), 2, 'its queue is served: the new item and the one claimed before the crash');
+	is(scalar(grep { $_ > $before } @after), 2, 'tokens after the crash are higher than before it');
+	is(f("SELECT count(*) FROM unnest(ARRAY[" . join(',', @after) . "]) t WHERE claim.token_partition(t) = $down"),
+		2, 'and keep their partition bits');
+	is(f("SELECT sqlstate_of('SELECT claim.complete($before)')"), 'PC001',
+		'the token from before the crash is stale');
+	is(f("SELECT claim.complete(ARRAY[" . join(',', @after) . "])"), 2, 'the new ones complete');
 	f(qq{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
 }
 
