@@ -27,6 +27,17 @@ sub fnv1a
 sub part_of { return fnv1a($_[0]) & ($P - 1); }
 
 # ------------------------------------------------------------------ clusters
+my $front = PostgreSQL::Test::Cluster->new('front');
+$front->init;
+$front->append_conf('postgresql.conf', "max_connections = 40\n");
+$front->start;
+if ($front->safe_psql('postgres', q{SELECT count(*) FROM pg_available_extensions
+		WHERE name IN ('plproxy', 'pg_claim_proxy')}) != 2)
+{
+	$front->stop;
+	plan skip_all => 'PL/Proxy or pg_claim_proxy is not installed (test/setup.sh installs both)';
+}
+
 my @parts;
 for my $k (0 .. $P - 1)
 {
@@ -42,10 +53,6 @@ for my $k (0 .. $P - 1)
 	push @parts, $n;
 }
 
-my $front = PostgreSQL::Test::Cluster->new('front');
-$front->init;
-$front->append_conf('postgresql.conf', "max_connections = 40\n");
-$front->start;
 my $opts = join(', ',
 	map { sprintf("p%d 'host=%s port=%d dbname=postgres connect_timeout=2'",
 			$_, $parts[$_]->host, $parts[$_]->port) } 0 .. $P - 1);
