@@ -128,7 +128,7 @@ int lock_token_items(int64 token) {
 int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
     if (PG_ARGISNULL(argno)) return -1;
     int64_t us = pg::interval_us(PG_GETARG_INTERVAL_P(argno), "lease");
-    pg::pure([&] { check_positive_duration("lease", us, kMaxLeaseUs); });
+    pg::call_core([&] { check_positive_duration("lease", us, kMaxLeaseUs); });
     return us;
 }
 
@@ -196,7 +196,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     // Scheduled items that are due become ready (in place, keeping their id).
     bool check_due = true;
-    pg::pure([&] { check_due = api::promote_schedule().due(q.queue_id, now); });
+    pg::call_core([&] { check_due = api::promote_schedule().due(q.queue_id, now); });
     if (check_due) api::promote_due(q.queue_id, now);
 
     api::ReadyWalk w;
@@ -320,7 +320,7 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     int32 n = PG_GETARG_INT32(1);
     int64 lease_us = lease_arg(fcinfo, 2);
     int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(3), "wait");
-    pg::pure([&] {
+    pg::call_core([&] {
         check_range("n", n, 1, kMaxClaimBatch);
         check_nonnegative_duration("wait", wait_us, kMaxWaitUs);
     });
@@ -375,7 +375,7 @@ PGCLAIM_FUNCTION(pgclaim_fail) {
     int64_t retry_us = -1;
     if (!PG_ARGISNULL(2)) {
         retry_us = pg::interval_us(PG_GETARG_INTERVAL_P(2), "retry_in");
-        pg::pure([&] { check_nonnegative_duration("retry_in", retry_us, kMaxDelayUs); });
+        pg::call_core([&] { check_nonnegative_duration("retry_in", retry_us, kMaxDelayUs); });
     }
     SPI_connect();
     lock_token_items(token);

@@ -270,10 +270,10 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     int64_t lease_us = -1;
     if (!PG_ARGISNULL(2)) {
         lease_us = pg::interval_us(PG_GETARG_INTERVAL_P(2), "lease");
-        pg::pure([&] { check_positive_duration("lease", lease_us, kMaxLeaseUs); });
+        pg::call_core([&] { check_positive_duration("lease", lease_us, kMaxLeaseUs); });
     }
     int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(3), "wait");
-    pg::pure([&] {
+    pg::call_core([&] {
         check_range("max_items", max_items, 1, kMaxGroupClaim);
         check_nonnegative_duration("wait", wait_us, kMaxWaitUs);
     });

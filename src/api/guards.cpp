@@ -74,7 +74,7 @@ KeyArg key_arg(FunctionCallInfo fcinfo, int argno) {
     k.t = PG_GETARG_TEXT_PP(argno);
     const char *d = VARDATA_ANY(k.t);
     int len = (int)VARSIZE_ANY_EXHDR(k.t);
-    pg::pure([&] { check_guard_key(std::string_view(d, (size_t)len)); });
+    pg::call_core([&] { check_guard_key(std::string_view(d, (size_t)len)); });
     constexpr int kShown = 200;
     if (len <= kShown) {
         k.shown = pnstrdup(d, len);
@@ -120,7 +120,7 @@ PGCLAIM_FUNCTION(pgclaim_once) {
     int64_t ttl_us = 0;
     if (!ttl_null) {
         ttl_us = pg::interval_us(PG_GETARG_INTERVAL_P(1), "ttl");
-        pg::pure([&] { check_positive_duration("ttl", ttl_us, kMaxOnceTtlUs); });
+        pg::call_core([&] { check_positive_duration("ttl", ttl_us, kMaxOnceTtlUs); });
     }
     SPI_connect();
     TimestampTz now = pg::clock_now();
@@ -138,7 +138,7 @@ PGCLAIM_FUNCTION(pgclaim_guard_begin) {
     pg::require_primary("claim.guard_begin");
     KeyArg k = key_arg(fcinfo, 0);
     int64_t lease_us = pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");
-    pg::pure([&] { check_positive_duration("lease", lease_us, kMaxLeaseTtlUs); });
+    pg::call_core([&] { check_positive_duration("lease", lease_us, kMaxLeaseTtlUs); });
     SPI_connect();
     api::before_tokens();
     TimestampTz now = pg::clock_now();

@@ -4,7 +4,7 @@
 #include "core/scan_hint.hpp"
 
 namespace pgclaim::api {
-// Only touch it inside pg::pure(): its methods may allocate.
+// Only touch it inside pg::call_core(): its methods may allocate.
 ScanHints &hints();
 PromoteSchedule &promote_schedule();
 }  // namespace pgclaim::api

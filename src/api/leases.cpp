@@ -130,7 +130,7 @@ NameArg name_arg(FunctionCallInfo fcinfo, int argno) {
     n.len = (int)VARSIZE_ANY_EXHDR(n.t);
     const char *d = n.data;
     int len = n.len;
-    pg::pure([&] { check_lease_name(std::string_view(d, (size_t)len)); });
+    pg::call_core([&] { check_lease_name(std::string_view(d, (size_t)len)); });
     constexpr int kShown = 200;
     if (n.len <= kShown) {
         n.shown = pnstrdup(n.data, n.len);
@@ -153,7 +153,7 @@ uint64 slot_key(const NameArg &n, int32 slot) {
 
 int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
     int64_t us = pg::interval_us(PG_GETARG_INTERVAL_P(argno), "ttl");
-    pg::pure([&] { check_positive_duration("ttl", us, kMaxLeaseTtlUs); });
+    pg::call_core([&] { check_positive_duration("ttl", us, kMaxLeaseTtlUs); });
     return us;
 }
 
@@ -193,7 +193,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     int64_t ttl_us = ttl_arg(fcinfo, 1);
     int32 permits = PG_GETARG_INT32(3);
     int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(4), "wait");
-    pg::pure([&] {
+    pg::call_core([&] {
         check_permits(permits);
         check_nonnegative_duration("wait", wait_us, kMaxLeaseWaitUs);
     });
@@ -237,7 +237,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
         }
         int32 nfree = 0;
         int64 next_expiry = 0;
-        pg::pure([&] {
+        pg::call_core([&] {
             SlotPlan p = plan_slots(shown, permits, rows, (int)nrows, now, free_slots);
             nfree = p.nfree;
             next_expiry = p.next_expiry;
@@ -269,7 +269,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
         now = pg::clock_now();
         if (now >= deadline) break;
         int64_t us = 0;
-        pg::pure([&] { us = next_wait_us(now, deadline, next_expiry, busy, kBusyPollUs); });
+        pg::call_core([&] { us = next_wait_us(now, deadline, next_expiry, busy, kBusyPollUs); });
         if (us > 0)
             (void)shmem::wait_for(shmem::WaitKind::Lease, (int64)wake_key(n),
                                   (long)((us + 999) / 1000));

@@ -70,7 +70,7 @@ PGCLAIM_FUNCTION(pgclaim_item_state) {
     char *name = pg::arg_cstring(fcinfo, 0);
     int64 id = PG_GETARG_INT64(1);
     int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(2), "wait");
-    pg::pure([&] { check_nonnegative_duration("wait", wait_us, kMaxWaitUs); });
+    pg::call_core([&] { check_nonnegative_duration("wait", wait_us, kMaxWaitUs); });
 
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)

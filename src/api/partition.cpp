@@ -11,7 +11,7 @@ int guc_partition = 0;
 
 int64 make_token(int64 seq) {
     int64 t = 0;
-    pg::pure([&] { t = token::make(guc_partition, seq); });
+    pg::call_core([&] { t = token::make(guc_partition, seq); });
     return t;
 }
 

@@ -107,7 +107,7 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
     bool has_retain = PG_NARGS() > 4;
     if (has_retain) pg::require_arg(fcinfo, 4, "retain");
     int64_t retain = has_retain ? pg::interval_us(PG_GETARG_INTERVAL_P(4), "retain") : 0;
-    pg::pure([&] {
+    pg::call_core([&] {
         check_queue_name(name);
         check_positive_duration("lease", lease, kMaxLeaseUs);
         check_range("max_attempts", max_attempts, 1, kMaxAttemptsLimit);

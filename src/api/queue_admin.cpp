@@ -60,19 +60,19 @@ void pgclaim::api::store_flow_settings(FunctionCallInfo fcinfo, int first, bool 
     int32 floor = altering ? 0 : 1;
     if (!PG_ARGISNULL(first)) {
         int32 v = PG_GETARG_INT32(first);
-        pg::pure([&] { check_range("max_active", v, floor, kMaxActiveLimit); });
+        pg::call_core([&] { check_range("max_active", v, floor, kMaxActiveLimit); });
     }
     if (!PG_ARGISNULL(first + 1)) {
         int32 v = PG_GETARG_INT32(first + 1);
-        pg::pure([&] { check_range("group_limit", v, 1, kMaxActiveLimit); });
+        pg::call_core([&] { check_range("group_limit", v, 1, kMaxActiveLimit); });
     }
     if (!PG_ARGISNULL(first + 2)) {
         int32 v = PG_GETARG_INT32(first + 2);
-        pg::pure([&] { check_range("rate", v, floor, kMaxActiveLimit); });
+        pg::call_core([&] { check_range("rate", v, floor, kMaxActiveLimit); });
     }
     if (!PG_ARGISNULL(first + 3)) {
         int64_t per = pg::interval_us(PG_GETARG_INTERVAL_P(first + 3), "rate_per");
-        pg::pure([&] { check_positive_duration("rate_per", per, kMaxDelayUs); });
+        pg::call_core([&] { check_positive_duration("rate_per", per, kMaxDelayUs); });
     }
     if (!altering && PG_ARGISNULL(first + 1)) pg::require_arg(fcinfo, first + 1, "group_limit");
     if (!altering && PG_ARGISNULL(first + 3)) pg::require_arg(fcinfo, first + 3, "rate_per");
@@ -95,7 +95,7 @@ PGCLAIM_FUNCTION(pgclaim_alter_queue) {
     int32 max_attempts = PG_ARGISNULL(2) ? 1 : PG_GETARG_INT32(2);
     int64_t backoff = PG_ARGISNULL(3) ? 0 : pg::interval_us(PG_GETARG_INTERVAL_P(3), "backoff");
     int64_t retain = PG_ARGISNULL(4) ? 0 : pg::interval_us(PG_GETARG_INTERVAL_P(4), "retain");
-    pg::pure([&] {
+    pg::call_core([&] {
         check_positive_duration("lease", lease, kMaxLeaseUs);
         check_range("max_attempts", max_attempts, 1, kMaxAttemptsLimit);
         check_nonnegative_duration("backoff", backoff, kMaxDelayUs);

@@ -23,7 +23,7 @@ namespace pgclaim::api {
 void promote_due(int32 queue_id, TimestampTz now) {
     TimestampTz next;
     if (pg::promote_queue(queue_id, now, &next) > 0) forget_hints(queue_id);
-    pg::pure([&] {
+    pg::call_core([&] {
         promote_schedule().checked(queue_id, now,
                                    next == DT_NOEND ? std::nullopt : std::optional<int64_t>(next));
     });
@@ -39,7 +39,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     ScanPos start = w->start;
     bool from_head = true;
     int64 own_expires = PG_INT64_MAX;
-    pg::pure([&] {
+    pg::call_core([&] {
         int64_t e = INT64_MAX;
         if (auto s = hints().start(queue_id, now, &e)) {
             start = *s;
@@ -182,7 +182,7 @@ void walk_end(ReadyWalk *w) {
     if (w->start_expires < w->claims_end) w->claims_end = w->start_expires;
     if (w->advanced) note_advanced(w->queue_id);
     ReadyWalk c = *w;
-    pg::pure([&] {
+    pg::call_core([&] {
         hints().record(c.queue_id, c.from_head,
                        c.hint_have ? std::optional<ScanPos>(c.hint_pos) : std::nullopt, c.walk_us,
                        c.now, c.claims_end);

@@ -73,7 +73,7 @@ QueueInfo lookup_queue_cached(const char *name) {
     uint64 epoch = shmem::queue_changes();
     bool hit = false;
     QueueDef def{};
-    pg::pure([&] {
+    pg::call_core([&] {
         if (auto d = queue_cache().get(name, now, epoch)) {
             def = *d;
             hit = true;
@@ -81,7 +81,7 @@ QueueInfo lookup_queue_cached(const char *name) {
     });
     if (hit) return def;
     QueueInfo q = lookup_queue(name);
-    pg::pure([&] { queue_cache().put(name, q, now, epoch); });
+    pg::call_core([&] { queue_cache().put(name, q, now, epoch); });
     return q;
 }
 
@@ -90,7 +90,7 @@ void sync_caches() {
     Oid rel = pg::direct::items_relid();
     if (rel == seen) return;
     seen = rel;
-    pg::pure([&] {
+    pg::call_core([&] {
         queue_cache().clear();
         producer_queues().clear();
         hints().forget_all();
@@ -103,7 +103,7 @@ int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
     uint64 epoch = shmem::queue_drops();
     int32 qid = -1;
     bool hit = false;
-    pg::pure([&] {
+    pg::call_core([&] {
         if (auto id = producer_queues().get(cname, epoch)) {
             qid = *id;
             hit = true;
@@ -117,12 +117,12 @@ int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
     if (qid < 0) unknown_queue(cname);
     // A queue created by this transaction is forgotten if it rolls back.
     register_xact_callbacks();
-    pg::pure([&] { producer_queues().put(cname, qid, epoch); });
+    pg::call_core([&] { producer_queues().put(cname, qid, epoch); });
     return qid;
 }
 
 void forget_queues() {
-    pg::pure([&] {
+    pg::call_core([&] {
         queue_cache().clear();
         producer_queues().clear();
     });
@@ -146,12 +146,12 @@ bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at) {
     TimestampTz until = wake_at > 0 && wake_at < deadline ? wake_at : deadline;
     if (until <= now) return true;  // look again at once
     if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((until - now + 999) / 1000)))
-        pg::pure([&] { hints().forget(queue_id); });
+        pg::call_core([&] { hints().forget(queue_id); });
     return true;
 }
 
 void forget_hints(int32 queue_id) {
-    pg::pure([&] { hints().forget(queue_id); });
+    pg::call_core([&] { hints().forget(queue_id); });
     shmem::frontier_forget(pg::direct::items_relid(), queue_id);
 }
 

@@ -123,7 +123,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
                 "would enqueue changes that a later trigger or constraint can still cancel.");
 
     TriggerOptions opts;
-    pg::pure([&] { opts = parse_trigger_args(tg->tgname, tg->tgnargs, tg->tgargs); });
+    pg::call_core([&] { opts = parse_trigger_args(tg->tgname, tg->tgnargs, tg->tgargs); });
 
     int group_att = 0;
     if (opts.group_column[0] != '\0') {

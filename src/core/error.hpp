@@ -13,7 +13,7 @@
 //           layer.
 //
 // The error type of the pure layer. It carries a SQLSTATE so that the server
-// boundary (pg::pure and PGCLAIM_FUNCTION in src/pg/pg.hpp) re-raises it with the right code.
+// boundary (pg::call_core and PGCLAIM_FUNCTION in src/pg/pg.hpp) re-raises it with the right code.
 #pragma once
 
 #include <stdexcept>

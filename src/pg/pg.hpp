@@ -6,7 +6,7 @@
 //  * a frame that calls anything that can raise (palloc, SPI, locks,
 //    CHECK_FOR_INTERRUPTS) holds only plain data: no std::string, no
 //    containers, no RAII objects;
-//  * pure C++ from src/core is called through pgclaim::pg::pure(), which
+//  * pure C++ from src/core is called through pgclaim::pg::call_core(), which
 //    catches every exception and re-raises it as a PostgreSQL error with its
 //    SQLSTATE after the catch scope has ended;
 //  * SQL-callable functions are defined with PGCLAIM_FUNCTION, which does the
@@ -68,10 +68,10 @@ struct PendingError {
 void capture(PendingError &err, const std::exception *e) noexcept;
 [[noreturn]] void raise(const PendingError &err);
 
-// Run pure C++ code (no server calls inside!) and turn its exceptions into
-// PostgreSQL errors.
+// Call into src/core (pure C++: no server calls inside!) and turn its
+// exceptions into PostgreSQL errors.
 template <class F>
-inline void pure(F &&f) {
+inline void call_core(F &&f) {
     PendingError err;
     err.set = false;
     try {
