@@ -128,7 +128,8 @@ settle() {
     sql -c "CHECKPOINT"
 }
 
-# run_pgbench NAME CLIENTS DURATION SCRIPT [PGBENCH_ARGS...]  ->  sets TPS, ABORTED;
+# run_pgbench NAME CLIENTS DURATION SCRIPT [PGBENCH_ARGS...]  ->  sets TPS, WALB (WAL bytes per
+# transaction), ABORTED;
 # writes $OUT/logs/NAME.log and $OUT/series/NAME.dat (second, tps).
 # BENCH_WAITS=1: samples what the pgbench backends wait on every 0.1 s (each sample its own
 # short transaction, so it pins no xmin) and appends the shares to $OUT/logs/waits.txt.
@@ -146,11 +147,17 @@ run_pgbench() {
             | "$PGBIN/psql" -X -q -At -F '|' >"$WORK/waits_$name.txt" 2>/dev/null &
         sampler=$!
     fi
+    local lsn0 lsn1 xacts
+    lsn0=$(sql -c "SELECT pg_current_wal_insert_lsn()")
     "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$threads" -T "$dur" -P 1 -f "$script" "$@" \
         >"$OUT/logs/$name.log" 2>&1 || true
+    lsn1=$(sql -c "SELECT pg_current_wal_insert_lsn()")
     if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; fi
     TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/logs/$name.log")
     TPS=${TPS:-0}
+    # WAL bytes per transaction of the window (the server's whole WAL over pgbench's transactions)
+    xacts=$(awk '/^number of transactions actually processed: / { split($6, a, "/"); print a[1]; exit }' "$OUT/logs/$name.log")
+    WALB=$(sql -c "SELECT CASE WHEN ${xacts:-0} > 0 THEN round(pg_wal_lsn_diff('$lsn1', '$lsn0') / ${xacts:-0}) END")
     ABORTED=0
     if grep -qE 'aborted|Run was aborted|FATAL|ERROR' "$OUT/logs/$name.log"; then
         ABORTED=1
@@ -158,7 +165,7 @@ run_pgbench() {
         grep -E 'aborted|ERROR|FATAL' "$OUT/logs/$name.log" | head -5 >&2
     fi
     awk '/^progress: / { printf "%d %.1f\n", $2 + 0, $4 + 0 }' "$OUT/logs/$name.log" >"$OUT/series/$name.dat"
-    log "  $name: $(fmt "$TPS") tps"
+    log "  $name: $(fmt "$TPS") tps, ${WALB:-?} WAL bytes/transaction"
     if [[ -n $sampler ]]; then
         {
             echo "--- wait events of the pgbench backends during $name (share of active samples)"
@@ -279,7 +286,7 @@ backlog_for() {
 # Windows of $DUR seconds with $CLIENTS clients in the order A B B A ($WINDOWS = 2, the default)
 # or A B ($WINDOWS = 1), each from a fresh fill: FILL_X is a command (a function name and its
 # words) run before each window of X. A drift of the machine over the run weighs on both sides
-# alike. Sets R[A], R[B] (mean tps of their windows), R[X_invalid] when a window had client
+# alike. Sets R[A], R[B] (mean tps of their windows so far), R[X_invalid] when a window had client
 # errors (for example a drained backlog), and appends "X tps" to W_LOG[A] in run order.
 declare -A R W_LOG
 ab_windows() {
@@ -297,10 +304,8 @@ ab_windows() {
         [[ $ABORTED == 1 ]] && R[${side}_invalid]=1
         sum[$side]=$(awk -v a="${sum[$side]:-0}" -v t="$TPS" 'BEGIN { print a + t }')
         n[$side]=$k
-        W_LOG[$a]+="${W_LOG[$a]:+, }$side $(fmt "$TPS")"
-    done
-    for side in "$a" "$b"; do
-        R[$side]=$(awk -v s="${sum[$side]}" -v n="${n[$side]}" 'BEGIN { print s / n }')
+        R[$side]=$(awk -v s="${sum[$side]}" -v n="$k" 'BEGIN { print s / n }')
+        W_LOG[$a]+="${W_LOG[$a]:+, }$side $(fmt "$TPS") (${WALB:-?} B WAL/txn)"
     done
 }
 

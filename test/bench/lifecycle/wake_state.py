@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""item_state(wait) wake latency: from the completing commit to the waiter's return.
+"""item_state(wait) wake latency, from the completing commit to the waiter's return, beside the
+same measure for LISTEN/NOTIFY (the hand-written way to wait for a job's end).
 
     python3 wake_state.py SAMPLES [QUEUE]      (connects through the PG* environment variables)
 
-One waiter process blocks in claim.item_state(QUEUE, id, wait => '5 s'); the completer (this
-process) completes that item in its own transaction. One sample at a time: the completer
-enqueues and claims an item, hands its id to the waiter, waits until pg_stat_activity shows the
-waiter asleep in the extension's latch wait, then runs BEGIN; complete(token); COMMIT.
+One sample at a time. pg_claim: the completer (this process) enqueues and claims an item, hands
+its id to the waiter process, waits until pg_stat_activity shows the waiter asleep in
+claim.item_state(QUEUE, id, wait => '5 s') (wait event Extension), then runs
+BEGIN; complete(token); COMMIT. Baseline: the waiter has run LISTEN once; per sample it says it
+is about to block on its socket, the completer sleeps 2 ms and runs
+BEGIN; UPDATE of a one-row job table; NOTIFY with the job id; COMMIT.
 
-Two latencies per sample, all clocks being this machine's (client and server share it):
-  commit_to_return  the waiter's item_state call returned in its client, minus the completer's
-                    COMMIT returned in its client: the wake-up alone (negative when the waiter
-                    was faster than the completer's own reply).
-  precommit_to_return  clock_timestamp() in the waiter's statement after item_state returned,
-                    minus clock_timestamp() in the completer's transaction just before COMMIT: an
-                    upper bound that also holds the commit's WAL flush.
-Prints one line per measure: n, p50, p99, max in ms; and the number of waits that ended
-without seeing the item completed (lost).
+Measures, all clocks being this machine's (client and server share it):
+  commit_to_return     the waiter got its answer (its client) minus the completer's COMMIT
+                       returned (its client): the wake-up alone, negative when the waiter was
+                       faster than the completer's own reply.
+  precommit_to_return  (pg_claim only) clock_timestamp() in the waiter's statement after
+                       item_state returned minus clock_timestamp() in the completer's
+                       transaction just before COMMIT: an upper bound holding the WAL flush.
+Prints one line per measure: n, p50, p99, max in ms, and the samples whose wait ended without
+the item completed (lost).
 """
 import math
 import multiprocessing as mp
+import select
 import sys
 import time
 
@@ -29,17 +33,41 @@ WAITER_SQL = ("SELECT s.state, extract(epoch FROM clock_timestamp())::float8 "
               "FROM claim.item_state(%s, %s, wait => '5 s') s")
 
 
-def waiter(queue, pipe):
+def claim_waiter(queue, pipe):
     conn = psycopg.connect(autocommit=True, application_name="wake_waiter")
     pipe.send(conn.info.backend_pid)
     cur = conn.cursor()
-    cur.execute("SELECT 1")  # warm up the statement path
     while True:
         item = pipe.recv()
         if item is None:
             break
         state, server_ts = cur.execute(WAITER_SQL, (queue, item)).fetchone()
-        pipe.send((state, server_ts, time.time()))
+        pipe.send((state == "completed", server_ts, time.time()))
+    conn.close()
+
+
+def notify_waiter(pipe):
+    conn = psycopg.connect(autocommit=True, application_name="wake_listener")
+    conn.execute("LISTEN job_done")
+    pipe.send(conn.info.backend_pid)
+    pgconn = conn.pgconn
+    while True:
+        item = pipe.recv()
+        if item is None:
+            break
+        pipe.send("ready")
+        got = False
+        deadline = time.time() + 5
+        while not got and time.time() < deadline:
+            select.select([pgconn.socket], [], [], max(0.0, deadline - time.time()))
+            pgconn.consume_input()
+            while True:
+                n = pgconn.notifies()
+                if n is None:
+                    break
+                if n.extra.decode() == str(item):
+                    got = True
+        pipe.send((got, None, time.time()))
     conn.close()
 
 
@@ -50,38 +78,36 @@ def pct(values, q):
     return v[max(0, math.ceil(q * len(v)) - 1)]
 
 
-def main():
-    samples = int(sys.argv[1]) if len(sys.argv) > 1 else 500
-    queue = sys.argv[2] if len(sys.argv) > 2 else "wake"
-    conn = psycopg.connect(autocommit=True, application_name="wake_completer")
+def report(name, v, lost):
+    print(f"{name} n={len(v)} p50={pct(v, 0.5):.3f} p99={pct(v, 0.99):.3f} "
+          f"max={max(v) if v else float('nan'):.3f} lost={lost}", flush=True)
+
+
+def run_claim(conn, samples, queue):
     conn.execute("SELECT claim.create_queue(%s, retain => '1 hour') "
                  "WHERE NOT EXISTS (SELECT FROM claim.queue_stats WHERE queue = %s)", (queue, queue))
     ours, theirs = mp.Pipe()
-    proc = mp.Process(target=waiter, args=(queue, theirs))
+    proc = mp.Process(target=claim_waiter, args=(queue, theirs))
     proc.start()
     waiter_pid = ours.recv()
-    a, b, lost, not_asleep = [], [], 0, 0
+    a, b, lost = [], [], 0
     for _ in range(samples):
         item = conn.execute("SELECT claim.enqueue(%s, '{}')", (queue,)).fetchone()[0]
         cid, token = conn.execute("SELECT id, token FROM claim.claim_next(%s)", (queue,)).fetchone()
         assert cid == item, (cid, item)
         ours.send(item)
         deadline = time.time() + 2
-        while True:
-            asleep = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active' "
-                "AND wait_event_type = 'Extension'", (waiter_pid,)).fetchone()[0]
-            if asleep or time.time() > deadline:
+        while time.time() < deadline:
+            if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active' "
+                            "AND wait_event_type = 'Extension'", (waiter_pid,)).fetchone()[0]:
                 break
-        if not asleep:
-            not_asleep += 1
         conn.execute("BEGIN")
         conn.execute("SELECT claim.complete(%s::bigint)", (token,))
         pre = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
         conn.execute("COMMIT")
         committed = time.time()
-        state, server_ts, returned = ours.recv()
-        if state != "completed":
+        ok, server_ts, returned = ours.recv()
+        if not ok:
             lost += 1
             continue
         a.append((returned - committed) * 1000)
@@ -89,9 +115,43 @@ def main():
     ours.send(None)
     proc.join()
     conn.execute("SELECT claim.drop_queue(%s)", (queue,))
-    for name, v in (("commit_to_return", a), ("precommit_to_return", b)):
-        print(f"{name} n={len(v)} p50={pct(v, 0.5):.3f} p99={pct(v, 0.99):.3f} "
-              f"max={max(v) if v else float('nan'):.3f} lost={lost} not_asleep={not_asleep}")
+    report("commit_to_return", a, lost)
+    report("precommit_to_return", b, lost)
+
+
+def run_notify(conn, samples):
+    conn.execute("CREATE TABLE IF NOT EXISTS wake_jobs (id bigint PRIMARY KEY, status text)")
+    conn.execute("INSERT INTO wake_jobs VALUES (1, 'new') ON CONFLICT DO NOTHING")
+    ours, theirs = mp.Pipe()
+    proc = mp.Process(target=notify_waiter, args=(theirs,))
+    proc.start()
+    ours.recv()
+    a, lost = [], 0
+    for item in range(1, samples + 1):
+        ours.send(item)
+        ours.recv()  # "ready": the waiter is about to block on its socket
+        time.sleep(0.002)
+        conn.execute("BEGIN")
+        conn.execute("UPDATE wake_jobs SET status = 'complete' WHERE id = 1")
+        conn.execute("SELECT pg_notify('job_done', %s)", (str(item),))
+        conn.execute("COMMIT")
+        committed = time.time()
+        ok, _, returned = ours.recv()
+        if not ok:
+            lost += 1
+            continue
+        a.append((returned - committed) * 1000)
+    ours.send(None)
+    proc.join()
+    report("notify_commit_to_return", a, lost)
+
+
+def main():
+    samples = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+    queue = sys.argv[2] if len(sys.argv) > 2 else "wake"
+    conn = psycopg.connect(autocommit=True, application_name="wake_completer")
+    run_claim(conn, samples, queue)
+    run_notify(conn, samples)
 
 
 if __name__ == "__main__":
