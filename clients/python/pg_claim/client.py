@@ -137,13 +137,19 @@ class Client:
     def enqueue_batch(self, queue: str, payloads: Iterable[Any], *,
                       group_keys: Optional[Sequence[Optional[str]]] = None,
                       run_at: Optional[_dt.datetime] = None,
-                      priority: Optional[int] = None) -> List[int]:
-        """Add many items in one statement; ids in the order of ``payloads``."""
+                      priority: Optional[int] = None,
+                      after: Optional[Sequence[int]] = None) -> List[int]:
+        """Add many items in one statement; ids in the order of ``payloads``.
+        ``after``: ids that must finish before any of these is ready."""
+        if after is not None:
+            self.features.require("enqueue_batch", "after")
         docs = [Jsonb({} if p is None else p) for p in payloads]
         call, params = _call("enqueue_batch", [queue, docs],
                              {"group_keys": list(group_keys) if group_keys is not None else None,
-                              "run_at": run_at, "priority": priority},
-                             {"group_keys": "text[]", "run_at": "timestamptz", "priority": "int"})
+                              "run_at": run_at, "priority": priority,
+                              "after": list(after) if after is not None else None},
+                             {"group_keys": "text[]", "run_at": "timestamptz", "priority": "int",
+                              "after": "bigint[]"})
         return [int(r[0]) for r in self._exec(sql.SQL("SELECT * FROM ") + call, params).fetchall()]
 
     # -- lifecycle -----------------------------------------------------------

@@ -6,7 +6,7 @@ import datetime as dt
 import threading
 import time
 import uuid
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import psycopg
 import pytest
@@ -170,3 +170,25 @@ def test_waits_leases_once_through_one_statement(dsn: str, client: pg_claim.Clie
     finally:
         a.close()
         b.close()
+
+
+def test_after_pause_resume(dsn: str, client: pg_claim.Client, queue: str,
+                            features: pg_claim.Features) -> None:
+    if not (features.has_arg("enqueue", "after") and features.has("pause")):
+        with pytest.raises(pg_claim.NotSupported):
+            if not features.has_arg("enqueue", "after"):
+                client.enqueue(queue, {}, after=[1])
+            else:
+                client.pause(queue)
+        return
+    first = client.enqueue(queue, {"step": 1})
+    second = client.enqueue(queue, {"step": 2}, after=[first])
+    third, = client.enqueue_batch(queue, [{"step": 3}], after=[second])
+    order: List[int] = []
+    client.pause(queue)
+    stats = pg_claim.Worker(dsn, queue, lambda job: order.append(job.id), wait=0.3,
+                            burst=True).run()
+    assert stats.claimed == 0 and order == []          # paused: nothing delivered
+    client.resume(queue)
+    pg_claim.Worker(dsn, queue, lambda job: order.append(job.id), wait=0.5, burst=True).run()
+    assert order == [first, second, third]             # each after the one it waits for
