@@ -195,9 +195,43 @@ def test_transactional_reclaimed_by_other_worker(dsn: str, conn: "psycopg.Connec
     assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
 
 
-def test_transactional_cancelled_leaves_no_writes(dsn: str, conn: "psycopg.Connection[Any]",
-                                                  client: pg_claim.Client, queue: str,
-                                                  features: pg_claim.Features) -> None:
+def test_transactional_cancelled_before_fence(dsn: str, conn: "psycopg.Connection[Any]",
+                                             client: pg_claim.Client, queue: str,
+                                             features: pg_claim.Features) -> None:
+    """The item is cancelled after the claim, before the handler's
+    transaction fences it: assert_token refuses, the handler never runs."""
+    if not features.has("cancel"):
+        pytest.skip("server has no claim.cancel")
+    item = client.enqueue(queue, {})
+    calls: List[int] = []
+
+    def handler(job: pg_claim.Job) -> None:
+        calls.append(job.id)
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+
+    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2, max_jobs=1)
+    orig = worker._process_tx
+
+    def cancel_first(slot: Any, job: pg_claim.Job) -> None:
+        assert client.cancel(queue, [job.id]) == 1
+        orig(slot, job)
+
+    worker._process_tx = cancel_first  # type: ignore[assignment]
+    stats = worker.run()
+    assert calls == [] and (stats.stale, stats.completed) == (1, 0)
+    assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
+    st = client.item_state(queue, item)
+    assert st is None or st.state == "cancelled"
+
+
+def test_transactional_cancel_during_handler(dsn: str, conn: "psycopg.Connection[Any]",
+                                             client: pg_claim.Client, queue: str,
+                                             features: pg_claim.Features) -> None:
+    """A cancel issued while the handler runs: the handler's writes and the
+    completion commit together, or neither does; never writes without the
+    completion."""
     if not features.has("cancel"):
         pytest.skip("server has no claim.cancel")
     item = client.enqueue(queue, {})
@@ -214,19 +248,20 @@ def test_transactional_cancelled_leaves_no_writes(dsn: str, conn: "psycopg.Conne
         t = threading.Thread(target=cancel_it)
         t.start()
         t.join(1.0)
-        results["cancel_returned_during_handler"] = not t.is_alive()
         results["thread"] = t
 
     stats = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2,
                             max_jobs=1).run()
     results["thread"].join(10)
     written = scalar(conn, f"SELECT count(*) FROM {queue}_done")
-    # Either the cancel won (the worker's commit was refused, no writes) or it
-    # waited for the worker's transaction and found the item finished.
+    # assert_token holds the item, so the cancel waits for the handler's
+    # transaction and then finds the item finished; were it to win, the
+    # worker's commit would be refused and nothing written.
     if results["cancelled"]:
         assert written == 0 and stats.stale == 1
     else:
         assert written == 1 and stats.completed == 1
+        assert scalar(conn, "SELECT count(*) FROM claim.items WHERE id = %s", (item,)) == 0
 
 
 def test_async_worker(dsn: str, conn: "psycopg.Connection[Any]", client: pg_claim.Client,
