@@ -54,10 +54,22 @@ AS $$
 SELECT CASE WHEN token < 0 THEN -1 ELSE (token >> 53)::integer END
 $$;
 
--- The one partition of a batch of tokens (0 for an empty or NULL batch,
--- which the partition then reports). A batch is completed by one partition
--- in one transaction, so its tokens must all come from one partition: a
--- batch from one claim_next or group_claim always does.
+-- The partition a token call runs on: that of the token, and partition 0
+-- for a NULL token (which the partition then reports as a NULL argument).
+CREATE FUNCTION claim.route_token(token bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT COALESCE(claim.token_partition(token), 0)
+$$;
+
+-- The partition a batch of tokens runs on: that of its first non-NULL
+-- token (0 when there is none; the partition then reports the empty or NULL
+-- batch). The whole batch is completed there in one transaction, and a
+-- token of another partition is unknown there, like any unknown token:
+-- stale (PC001, nothing completed), or skipped with skip_stale. A batch from
+-- one claim_next or group_claim is always from one partition.
 CREATE FUNCTION claim.tokens_partition(tokens bigint[])
 RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -65,26 +77,15 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t bigint;
-    p integer;
-    q integer;
 BEGIN
-    IF tokens IS NULL THEN
-        RETURN 0;
+    IF tokens IS NOT NULL THEN
+        FOREACH t IN ARRAY tokens LOOP
+            IF t IS NOT NULL THEN
+                RETURN claim.route_token(t);
+            END IF;
+        END LOOP;
     END IF;
-    FOREACH t IN ARRAY tokens LOOP
-        CONTINUE WHEN t IS NULL;
-        q := CASE WHEN t < 0 THEN -1 ELSE (t >> 53)::integer END;
-        IF p IS NULL THEN
-            p := q;
-        ELSIF p <> q THEN
-            RAISE EXCEPTION 'tokens of one call must come from one partition'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('token %s is from partition %s, token %s from partition %s',
-                                                 tokens[pg_catalog.array_lower(tokens, 1)], p, t, q),
-                      HINT = 'Complete the tokens of each claim_next call in their own call.';
-        END IF;
-    END LOOP;
-    RETURN COALESCE(p, 0);
+    RETURN 0;
 END
 $$;
 
@@ -240,7 +241,7 @@ $$;
 CREATE FUNCTION claim.complete(token bigint, result jsonb DEFAULT NULL)
 RETURNS integer LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 CREATE FUNCTION claim.complete(tokens bigint[], skip_stale boolean DEFAULT false,
@@ -253,19 +254,19 @@ $$;
 CREATE FUNCTION claim.fail(token bigint, error text DEFAULT NULL, retry_in interval DEFAULT NULL)
 RETURNS integer LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 CREATE FUNCTION claim.extend(token bigint, lease interval DEFAULT NULL)
 RETURNS timestamptz LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 CREATE FUNCTION claim.release(token bigint)
 RETURNS integer LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 -- Checks the token on its partition. The partition's transaction ends with
@@ -274,7 +275,7 @@ $$;
 CREATE FUNCTION claim.assert_token(token bigint)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 -- ----------------------------------------------------------------- leases
@@ -289,19 +290,19 @@ $$;
 CREATE FUNCTION claim.lease_renew(name text, token bigint, ttl interval)
 RETURNS timestamptz LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 CREATE FUNCTION claim.lease_release(name text, token bigint)
 RETURNS boolean LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 CREATE FUNCTION claim.lease_assert(name text, token bigint)
 RETURNS void LANGUAGE plproxy AS $$
     CLUSTER 'claim_cluster';
-    RUN ON claim.token_partition(token);
+    RUN ON claim.route_token(token);
 $$;
 
 -- ---------------------------------------------------------- once, guards
