@@ -3,6 +3,7 @@
 #include "pg/schedule_fire.hpp"
 
 #include "core/cron.hpp"
+#include "pg/direct.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
@@ -15,6 +16,9 @@ extern "C" {
 namespace pgclaim::pg {
 
 namespace {
+
+// A due schedule locked by another transaction is looked at again this late.
+constexpr int64 kLockedRetryUs = 10 * 1000;
 
 const char *const kCronHint =
     "Five fields: minute hour day-of-month month day-of-week, or six with a leading second "
@@ -83,6 +87,16 @@ Stmt s_skip = {
     {INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
 Stmt s_earliest = {"SELECT min(next_run) FROM claim.schedule_defs", 0, {}, nullptr};
+
+// The earliest next_run of all schedules; false when there is none.
+bool earliest_next_run(TimestampTz *out) {
+    run(s_earliest, nullptr, nullptr);
+    bool isnull;
+    Datum t = col(0, 1, &isnull);
+    if (!isnull) *out = DatumGetTimestampTz(t);
+    free_result();
+    return !isnull;
+}
 
 Datum tstz_array(const TimestampTz *v, int n) {
     Datum *d = (Datum *)palloc(sizeof(Datum) * (n > 0 ? n : 1));
@@ -169,6 +183,17 @@ int64 fire_schedules(TimestampTz now, TimestampTz *next) {
     Oid nsp = get_namespace_oid("claim", true);
     if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("schedule_defs", nsp))) return 0;
 
+    // Nothing due: one probe of the index on next_run.
+    TimestampTz earliest = 0;
+    bool have = earliest_next_run(&earliest);
+    if (!have || earliest > now) {
+        if (have && earliest < *next) *next = earliest;
+        return 0;
+    }
+    // claim.items first, as every producer and drop_queue lock it, then the
+    // schedules: drop_queue (which deletes its schedules) waits for this
+    // round instead of deadlocking with it.
+    direct::lock_items(false);
     Datum v[2] = {TimestampTzGetDatum(now), Int32GetDatum(kFireBatch)};
     uint64 rows = run(s_due, v, nullptr);
     uint64 fired = 0;
@@ -220,11 +245,12 @@ int64 fire_schedules(TimestampTz now, TimestampTz *next) {
         if (fired > 0) ForceSyncCommit();
         if (rows >= (uint64)kFireBatch) *next = now;  // more are due: go on at once
     }
-    run(s_earliest, nullptr, nullptr);
-    bool isnull;
-    Datum t = col(0, 1, &isnull);
-    if (!isnull && DatumGetTimestampTz(t) < *next) *next = DatumGetTimestampTz(t);
-    free_result();
+    if (earliest_next_run(&earliest)) {
+        // Due schedules left are locked by another transaction: look again
+        // soon, not at once.
+        if (earliest <= now && rows < (uint64)kFireBatch) earliest = now + kLockedRetryUs;
+        if (earliest < *next) *next = earliest;
+    }
     return (int64)fired;
 }
 
