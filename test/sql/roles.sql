@@ -19,6 +19,8 @@ CREATE ROLE regress_claim_none NOLOGIN;
 SELECT claim.create_queue('rq', lease => '1 hour');
 SELECT claim.create_queue('rone', lease => '1 hour', max_attempts => 1);
 SELECT claim.create_queue('rkept', lease => '1 hour', retain => '1 hour');
+SELECT claim.create_queue('rlim', lease => '1 hour', max_active => 5, group_limit => 2);
+SELECT claim.create_queue('rrate', lease => '1 hour', rate => 1000, rate_per_group => true);
 -- A dead item to redrive.
 SELECT claim.enqueue('rone', '{"dead": true}') IS NOT NULL AS enqueued;
 SELECT claim.fail((SELECT token FROM claim.claim_next('rone')), 'broken') AS failed;
@@ -48,6 +50,8 @@ INSERT INTO pg_temp.calls (label, setup, call) VALUES
  ('extend', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.extend($v)$$),
  ('release', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.release($v)$$),
  ('assert_token', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.assert_token($v)$$),
+ ('claim_next (max_active, group_limit)', $$SELECT claim.enqueue('rlim', '{}', group_key => 'g')$$, $$SELECT claim.claim_next('rlim')$$),
+ ('claim_next (rate per group)', $$SELECT claim.enqueue('rrate', '{}', group_key => 'g')$$, $$SELECT claim.claim_next('rrate')$$),
  ('group_claim', $$SELECT claim.enqueue('rq', '{}', group_key => 'g')$$, $$SELECT claim.group_claim('rq')$$),
  ('cancel', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.cancel('rq', ARRAY[$v])$$),
  ('cancel (claimed)', $$SELECT claim.enqueue('rq', '{}'); SELECT id FROM claim.claim_next('rq')$$, $$SELECT claim.cancel('rq', ARRAY[$v])$$),
