@@ -27,6 +27,7 @@ hit proves nothing.
 Lines starting with "ok: " or "FAILED: " are the checks; test/soak.sh counts them.
 """
 import json
+import logging
 import os
 import random
 import subprocess
@@ -51,6 +52,9 @@ LEASE = "2 seconds"          # queue lease: a terminated worker's items return q
 FENCE_TTL = 1.0              # lease TTL of the fenced counter's holders (seconds)
 STALL_P = 0.03               # how often a worker or holder stalls past its lease
 MAX_BACKLOG = int(os.environ.get("SOAK_BACKLOG", "2000"))  # producers pause above this
+
+# psycopg warns about rollbacks it could not send on a lost connection: expected here
+logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 if CRASHES < 0:
     CRASHES = 0 if SECONDS < 20 else max(2, min(10, int(SECONDS // 20)))
