@@ -22,9 +22,10 @@
 # non-zero on any failure. The servers are stopped and the scratch directory
 # removed on exit, whatever happens.
 #
-# Environment: PGCLAIM_USER (default pgclaim), CLIENTS_PYTEST_ARGS (extra
-# pytest arguments, e.g. "-k heartbeat"), CLIENTS_KEEP=1 keeps the scratch
-# directory (logs) after the run.
+# Environment: PGCLAIM_USER (default pgclaim), CLIENTS_PYTEST_K (a pytest -k
+# expression, e.g. "heartbeat or sigterm"), CLIENTS_ONLY=python or node (run one
+# client's suites), CLIENTS_KEEP=1 keeps the scratch directory (logs) after the
+# run.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -188,10 +189,11 @@ SUMMARY=()
 run_python() {   # $1 label, $2 dsn
     local label="$1" dsn="$2" xml="$SCRATCH/pytest-$1.xml" rc counts p f s
     say "Python suite, $label"
-    # shellcheck disable=SC2086
+    local select=()
+    if [[ -n "${CLIENTS_PYTEST_K:-}" ]]; then select=(-k "$CLIENTS_PYTEST_K"); fi
     (cd "$ROOT/clients/python" &&
         PGCLAIM_TEST_DSN="$dsn" PYTHONDONTWRITEBYTECODE=1 timeout 900 \
-        "$PY" -m pytest -p no:cacheprovider -q -rs --junitxml="$xml" tests ${CLIENTS_PYTEST_ARGS:-})
+        "$PY" -m pytest -p no:cacheprovider -q -rs --junitxml="$xml" "${select[@]}" tests)
     rc=$?
     counts="$("$PY" - "$xml" <<'PYEOF' 2>/dev/null
 import sys, xml.etree.ElementTree as ET
@@ -227,6 +229,7 @@ run_node() {   # $1 label, $2 dsn
 }
 
 # The package installs with pip from the folder, offline, next to Debian's psycopg.
+if [[ "${CLIENTS_ONLY:-}" != node ]]; then
 say "pip install clients/python (virtualenv with system site-packages, --no-index)"
 cp -r "$ROOT/clients/python" "$SCRATCH/pysrc"
 rm -rf "$SCRATCH/pysrc/build" "$SCRATCH"/pysrc/*.egg-info
@@ -237,8 +240,12 @@ if "$PY" -m venv --system-site-packages "$SCRATCH/venv" &&
 else
     FAILED=$((FAILED + 1)); SUMMARY+=("python: pip install: FAILED")
 fi
+fi
 
-if [[ -d "$ROOT/clients/python/tests" ]]; then
+ONLY="${CLIENTS_ONLY:-}"
+if [[ "$ONLY" == node ]]; then
+    :
+elif [[ -d "$ROOT/clients/python/tests" ]]; then
     run_python direct "$DIRECT"
     run_python pgbouncer "$POOLED"
 else
@@ -246,7 +253,7 @@ else
     SUMMARY+=("python: clients/python/tests missing")
 fi
 
-if [[ -f "$ROOT/clients/node/package.json" ]]; then
+if [[ "$ONLY" != python && -f "$ROOT/clients/node/package.json" ]]; then
     say "npm install in clients/node"
     if (cd "$ROOT/clients/node" &&
         if [[ -f package-lock.json ]]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi); then

@@ -14,7 +14,8 @@ import psycopg
 
 from ._common import Interval, Job, Retry, WorkerStats, to_interval
 from ._features import FEATURES_SQL, Features
-from .worker import (ASSERT_SQL, CANCELED, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
+from .errors import map_error
+from .worker import (ASSERT_SQL, CANCELED, FATAL, connect_kwargs_for, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
                      COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
                      _sqlstate)
 from psycopg.types.json import Jsonb
@@ -94,6 +95,7 @@ class AsyncWorker:
         self._tickets = 0
         self._slots: List[_ASlot] = []
         self._sql: Optional[ClaimSQL] = None
+        self._fatal: Optional[psycopg.Error] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -143,6 +145,8 @@ class AsyncWorker:
             for sig in installed:
                 self._loop.remove_signal_handler(sig)
             await self._close()
+        if self._fatal is not None:
+            raise map_error(self._fatal) from self._fatal
         return self.stats
 
     # -- set-up and shutdown -------------------------------------------------
@@ -154,8 +158,7 @@ class AsyncWorker:
         return self.name or self.queue
 
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
-        kwargs = dict(self.connect_kwargs)
-        kwargs.setdefault("prepare_threshold", 5 if self.prepare else None)
+        kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
         conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
             self.conninfo, autocommit=True, **kwargs)
         return conn
@@ -322,6 +325,15 @@ class AsyncWorker:
                 except psycopg.OperationalError as exc:
                     pending = []
                     await self._reconnect(slot, exc)
+                except psycopg.Error as exc:
+                    pending = []
+                    if _sqlstate(exc) in FATAL:
+                        log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
+                        self._fatal = exc
+                        self.stop()
+                        break
+                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
+                    await asyncio.sleep(1.0)
                 except Exception:
                     log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
                     pending = []

@@ -18,10 +18,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from ._common import Interval, Job, Retry, WorkerStats, sum_stats, to_interval
 from ._features import FEATURES_SQL, Features
+from .errors import map_error
 
 log = logging.getLogger("pg_claim.worker")
 
@@ -68,6 +70,25 @@ ASSERT_SQL = "SELECT claim.assert_token(%s::bigint)"
 
 STALE = "PC001"
 CANCELED = "57014"
+# Errors no retry can fix: the worker stops and run() raises them (mapped).
+# Unknown queue, no privilege, no such function or schema (extension missing).
+FATAL = frozenset({"42704", "42501", "42883", "3F000"})
+
+
+def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
+                       label: str) -> Dict[str, Any]:
+    """psycopg.connect arguments: statements unprepared unless asked (see
+    README, PgBouncer), and an application_name unless the caller set one."""
+    kwargs = dict(given)
+    kwargs.setdefault("prepare_threshold", 5 if prepare else None)
+    if "application_name" not in kwargs:
+        try:
+            named = "application_name" in conninfo_to_dict(conninfo)
+        except psycopg.Error:
+            named = False
+        if not named:
+            kwargs["application_name"] = f"pg_claim worker {label}"[:63]
+    return kwargs
 
 
 def _sqlstate(exc: BaseException) -> Optional[str]:
@@ -187,6 +208,7 @@ class Worker:
         self._tickets = 0
         self._slots: List[_Slot] = []
         self._sql: Optional[ClaimSQL] = None
+        self._fatal: Optional[psycopg.Error] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -223,6 +245,8 @@ class Worker:
             for sig, old in old_handlers.items():
                 signal.signal(sig, old)
             self._close()
+        if self._fatal is not None:
+            raise map_error(self._fatal) from self._fatal
         return self.stats
 
     # -- set-up and shutdown -------------------------------------------------
@@ -234,8 +258,7 @@ class Worker:
         return self.name or self.queue
 
     def _connect(self) -> "psycopg.Connection[Any]":
-        kwargs = dict(self.connect_kwargs)
-        kwargs.setdefault("prepare_threshold", 5 if self.prepare else None)
+        kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
         return psycopg.connect(self.conninfo, autocommit=True, **kwargs)
 
     def _start(self) -> None:
@@ -402,6 +425,15 @@ class Worker:
                 except psycopg.OperationalError as exc:
                     pending = []
                     self._reconnect(slot, exc)
+                except psycopg.Error as exc:
+                    pending = []
+                    if _sqlstate(exc) in FATAL:
+                        log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
+                        self._fatal = exc
+                        self._stop.set()
+                        break
+                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
+                    self._stop.wait(1.0)
                 except Exception:
                     log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
                     pending = []

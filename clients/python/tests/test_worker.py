@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from typing import Any, Dict, List
 
 import psycopg
@@ -341,3 +342,39 @@ def test_async_worker_stop_releases_after_grace(dsn: str, conn: "psycopg.Connect
     rows = conn.execute("SELECT id, attempt FROM claim.claim_next(%s, 2)", (queue,)).fetchall()
     assert sorted(r[0] for r in rows) == sorted(items) and [r[1] for r in rows] == [1, 1]
     assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
+
+
+def test_unknown_queue_stops_the_worker(dsn: str) -> None:
+    missing = "no_such_queue_" + uuid.uuid4().hex[:6]
+    with pytest.raises(pg_claim.UnknownQueue):
+        pg_claim.Worker(dsn, missing, lambda job: None, concurrency=2, wait=0.2).run()
+    with pytest.raises(pg_claim.UnknownQueue):
+        asyncio.run(pg_claim.AsyncWorker(dsn, missing, lambda job: None, wait=0.2).run())
+
+
+def test_worker_reconnects_after_losing_its_connections(dsn: str, conn: "psycopg.Connection[Any]",
+                                                       client: pg_claim.Client,
+                                                       queue: str) -> None:
+    name = "reconnect_" + uuid.uuid4().hex[:6]
+    seen: List[int] = []
+    worker = pg_claim.Worker(dsn, queue, lambda job: seen.append(job.id), concurrency=2,
+                             wait=0.5, name=name, handle_signals=False)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        first = client.enqueue(queue, {})
+        end = time.monotonic() + 10
+        while first not in seen and time.monotonic() < end:
+            time.sleep(0.05)
+        killed = scalar(conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE application_name = %s", (f"pg_claim worker {name}",))
+        assert killed >= 1    # through a pooler: the server connections in use
+        second = client.enqueue(queue, {})
+        end = time.monotonic() + 20
+        while second not in seen and time.monotonic() < end:
+            time.sleep(0.05)
+        assert seen == [first, second]
+    finally:
+        worker.stop()
+        t.join(15)
+    assert not t.is_alive()
