@@ -7,10 +7,12 @@
 //   PGCLAIM_BENCH_DSN=postgresql://user@host:port/db node bench.js [jobs per window] [rounds]
 //
 // (PGCLAIM_TEST_DSN is used when PGCLAIM_BENCH_DSN is not set.) Each round
-// runs four windows, hand-written, Worker, Worker, hand-written, on a fresh
-// queue filled beforehand (the filling is not timed), so a drift of the
-// machine weighs on both sides alike. Prints every window, the means and
-// the ratio Worker / hand-written.
+// runs its windows in mirrored order (hand-written, Worker, Worker,
+// hand-written; on a server with claim_next(done), also the Worker with the
+// other `piggyback` choice), each on a fresh queue filled beforehand (the
+// filling is not timed), so a drift of the machine weighs on every side
+// alike. Prints every window, the means and the ratios to the hand-written
+// loop.
 
 const pg = require('pg');
 const { Worker, Client } = require('.');
@@ -58,9 +60,9 @@ async function handWritten(name) {
   return JOBS / secs;
 }
 
-async function withWorker(name) {
+async function withWorker(name, piggyback) {
   const pool = await warmPool(CONCURRENCY + 2);
-  const worker = new Worker({ pool, queue: name, concurrency: CONCURRENCY, wait: 1000, handler: async () => {} });
+  const worker = new Worker({ pool, queue: name, concurrency: CONCURRENCY, wait: 1000, piggyback, handler: async () => {} });
   let t0;
   let t1;
   const finished = new Promise((resolve) => {
@@ -86,32 +88,44 @@ async function main() {
   const admin = new Client({ connectionString: DSN });
   const { detectFeatures } = require('./lib/util');
   const f = await detectFeatures(admin.pool);
+  const defaultCarries = f.done && f.commitsWithoutFlush;
   console.log(`pg-claim bench: ${JOBS} jobs per window, ${CONCURRENCY} concurrent, ${ROUNDS} round(s); ` +
-    `server features: done=${f.done} result=${f.result}`);
-  const base = [];
-  const work = [];
+    `server: claim_next(done) ${f.done ? 'yes' : 'no'}, commits ${f.commitsWithoutFlush ? 'without' : 'with'} ` +
+    `a WAL flush; the Worker's claims ${defaultCarries ? 'carry' : 'do not carry'} completions by default`);
+  // With claim_next(done), the other choice is measured too.
+  const kinds = ['hand-written', 'Worker'];
+  if (f.done) kinds.push('Worker, other');
+  const label = {
+    'hand-written': 'hand-written loop (claim_next + complete, 8 loops)',
+    Worker: `Worker (no-op handler, concurrency 8${f.done ? (defaultCarries ? ', claims carry completions' : ', completions apart') : ''})`,
+    'Worker, other': `Worker (piggyback: ${!defaultCarries}, claims ${defaultCarries ? 'do not carry' : 'carry'} completions)`,
+  };
+  const rates = Object.fromEntries(kinds.map((k) => [k, []]));
   let seq = 0;
   const one = async (kind) => {
     const name = `bench_node_${process.pid}_${seq += 1}`;
     await fill(admin, name);
     await admin.pool.query('CHECKPOINT').catch(() => {});
-    const rate = kind === 'hand-written' ? await handWritten(name) : await withWorker(name);
+    let rate;
+    if (kind === 'hand-written') rate = await handWritten(name);
+    else if (kind === 'Worker') rate = await withWorker(name, 'auto');
+    else rate = await withWorker(name, !defaultCarries);
     await admin.dropQueue(name);
-    (kind === 'hand-written' ? base : work).push(rate);
-    console.log(`  ${kind.padEnd(12)} ${rate.toFixed(0).padStart(7)} jobs/s`);
+    rates[kind].push(rate);
+    console.log(`  ${kind.padEnd(14)} ${rate.toFixed(0).padStart(7)} jobs/s`);
   };
   for (let r = 0; r < ROUNDS; r += 1) {
-    await one('hand-written');
-    await one('Worker');
-    await one('Worker');
-    await one('hand-written');
+    // Mirrored order, so a drift of the machine weighs on every side alike.
+    for (const kind of kinds) await one(kind);
+    for (const kind of [...kinds].reverse()) await one(kind);
   }
   const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const b = mean(base);
-  const w = mean(work);
-  console.log(`hand-written loop (claim_next + complete, 8 loops): ${b.toFixed(0)} jobs/s`);
-  console.log(`Worker (no-op handler, concurrency 8):             ${w.toFixed(0)} jobs/s`);
-  console.log(`ratio Worker / hand-written: ${(w / b).toFixed(2)}x`);
+  const base = mean(rates['hand-written']);
+  for (const kind of kinds) {
+    const m = mean(rates[kind]);
+    const ratio = kind === 'hand-written' ? '' : `   ratio ${(m / base).toFixed(2)}x`;
+    console.log(`${label[kind].padEnd(72)} ${m.toFixed(0).padStart(7)} jobs/s${ratio}`);
+  }
   await admin.close();
 }
 

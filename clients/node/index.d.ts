@@ -71,6 +71,14 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   signal?: AbortSignal;
   /** Extend live leases at about a third of their length (default true). */
   heartbeat?: boolean;
+  /**
+   * Complete finished items on the next claim (claim_next(done => ...), servers
+   * that have it): true, false, or 'auto' (default: only where the server's
+   * commits do not wait for a WAL flush, i.e. synchronous_commit or fsync off).
+   */
+  piggyback?: boolean | 'auto';
+  /** Claim loops, each on its own connection, each claiming up to concurrency/lanes items (default 1). */
+  lanes?: number;
   /** Worker name recorded with each claim (default node:<host>:<pid>). */
   worker?: string;
   logger?: Logger;
@@ -92,6 +100,9 @@ export declare class Worker<P = any, R = unknown> extends EventEmitter {
   readonly queue: string;
   readonly concurrency: number;
   readonly transactional: boolean;
+  readonly lanes: number;
+  /** Whether claims carry completions; known once run() started. */
+  readonly piggyback: boolean;
   readonly stats: WorkerStats;
   /** The pool in use; set once run() started. */
   readonly pool: Pool | null;

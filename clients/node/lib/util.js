@@ -81,13 +81,21 @@ SELECT
   EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname = 'claim' AND p.proname = 'cancel') AS cancel,
   EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = 'claim' AND p.proname = 'item_state') AS item_state`;
+          WHERE n.nspname = 'claim' AND p.proname = 'item_state') AS item_state,
+  pg_catalog.current_setting('synchronous_commit') = 'off' OR pg_catalog.current_setting('fsync') = 'off'
+    AS commits_without_flush`;
 
 /** What the server's pg_claim offers beyond 0.1.0. */
 async function detectFeatures(queryable) {
   const { rows } = await queryable.query(FEATURE_SQL);
   const r = rows[0];
-  return { done: r.done, result: r.result, cancel: r.cancel, itemState: r.item_state };
+  return {
+    done: r.done,
+    result: r.result,
+    cancel: r.cancel,
+    itemState: r.item_state,
+    commitsWithoutFlush: r.commits_without_flush,
+  };
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

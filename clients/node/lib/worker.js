@@ -60,8 +60,19 @@ class Worker extends EventEmitter {
     this._pool = null;
     this._ownsPool = false;
     this._features = null;
-    this._claimClient = null;
-    this._state = 'new'; // new | idle | claiming | backoff | stopped
+    const lanes = options.lanes === undefined ? 1 : options.lanes;
+    if (!Number.isInteger(lanes) || lanes < 1 || lanes > concurrency) {
+      throw new TypeError('Worker: lanes must be an integer from 1 to concurrency');
+    }
+    this.lanes = lanes;
+    if (options.piggyback !== undefined && ![true, false, 'auto'].includes(options.piggyback)) {
+      throw new TypeError("Worker: piggyback must be true, false or 'auto'");
+    }
+    /** Whether claims carry completions (claim_next(done => ...)); known once run() started. */
+    this.piggyback = false;
+    this._lanes = []; // per claim loop: { client, state: idle | claiming | backoff | done }
+    this._reserved = 0; // slots asked for by claims in flight
+    this._state = 'new'; // new | running | draining | stopped
     this._stopping = false;
     this._stopRequestedAt = 0;
     this._active = 0; // handlers running (slots in use)
@@ -70,7 +81,7 @@ class Worker extends EventEmitter {
     this._batch = []; // finished jobs to complete together in one statement
     this._batchScheduled = false;
     this._completions = new Set(); // completion promises in flight
-    this._wake = null;
+    this._waiters = new Set(); // claim loops waiting for a slot or sleeping
     this._runPromise = null;
     this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
   }
@@ -88,8 +99,8 @@ class Worker extends EventEmitter {
       this._stopping = true;
       this._stopRequestedAt = Date.now();
       this._kick();
-      if (this._state === 'claiming' && this._claimClient) {
-        cancelActive(this._claimClient).catch(() => {});
+      for (const lane of this._lanes) {
+        if (lane.state === 'claiming' && lane.client) cancelActive(lane.client).catch(() => {});
       }
     }
     return this._runPromise || Promise.resolve();
@@ -115,15 +126,30 @@ class Worker extends EventEmitter {
     this._ownsPool = owned;
     try {
       this._features = await detectFeatures(pool);
-      if (!this._stopping) await this._dispatch();
+      // Completing on the claim (claim_next(done => ...)) saves a statement
+      // per batch, but the claim then waits for the completions' commit. When
+      // a commit waits for a WAL flush, completing on a connection of its own
+      // is faster: the next claim does not wait for the flush, and concurrent
+      // completions share flushes. So by default ('auto') the claim carries
+      // completions only where commits do not wait for a flush.
+      const piggyback = this._options.piggyback === undefined ? 'auto' : this._options.piggyback;
+      this.piggyback = this._features.done &&
+        (piggyback === true || (piggyback === 'auto' && this._features.commitsWithoutFlush));
+      this._features.done = this.piggyback;
+      this._state = 'running';
+      if (!this._stopping) {
+        for (let i = 0; i < this.lanes; i += 1) this._lanes.push({ client: null, state: 'idle' });
+        await Promise.all(this._lanes.map((lane) => this._dispatch(lane)));
+      }
+      this._state = 'draining';
       await this._drain();
     } finally {
       this._state = 'stopped';
       if (this._signal) this._signal.removeEventListener('abort', onAbort);
-      if (this._claimClient) {
+      for (const lane of this._lanes) {
         // Closed rather than pooled: a cancel sent by stop() may still be on its way.
-        this._claimClient.release(true);
-        this._claimClient = null;
+        if (lane.client) lane.client.release(true);
+        lane.client = null;
       }
       if (this._ownsPool) await pool.end().catch(() => {});
       this.emit('stopped');
@@ -131,63 +157,73 @@ class Worker extends EventEmitter {
   }
 
   _kick() {
-    const wake = this._wake;
-    if (wake) {
-      this._wake = null;
-      wake();
-    }
+    const waiters = [...this._waiters];
+    this._waiters.clear();
+    for (const wake of waiters) wake();
   }
 
-  _sleepInterruptibly(ms) {
+  /** Sleeps until _kick() (a slot freed, stop()) or `ms` passed (no limit when undefined). */
+  _pause(ms) {
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this._wake = null;
-        resolve();
-      }, ms);
-      this._wake = () => {
-        clearTimeout(timer);
+      let timer = null;
+      const wake = () => {
+        if (timer) clearTimeout(timer);
+        this._waiters.delete(wake);
         resolve();
       };
+      if (ms !== undefined) timer = setTimeout(wake, ms);
+      this._waiters.add(wake);
     });
   }
 
-  // --- the claim loop -------------------------------------------------------
+  /** True when a claim loop is about to claim, so a finished item can ride on it. */
+  _laneAboutToClaim() {
+    return this._lanes.some((lane) => lane.state === 'idle');
+  }
 
-  async _dispatch() {
+  // --- the claim loops ------------------------------------------------------
+  //
+  // `lanes` loops claim concurrently, each on its own connection and each for
+  // at most its share of the slots, so that one loop's statement (and its
+  // commit) overlaps the next one's.
+
+  async _dispatch(lane) {
     let backoff = 250;
+    const share = Math.ceil(this.concurrency / this.lanes);
     while (!this._stopping) {
-      if (this._active >= this.concurrency) {
-        this._state = 'idle';
-        await new Promise((resolve) => {
-          this._wake = resolve;
-        });
+      if (this._active + this._reserved >= this.concurrency) {
+        lane.state = 'idle';
+        await this._pause();
         continue;
       }
       // Let handlers that are about to finish do so, so that their tokens
       // ride on this claim.
-      this._state = 'idle';
+      lane.state = 'idle';
       await immediate();
       if (this._stopping) break;
-      const free = this.concurrency - this._active;
-      if (free <= 0) continue;
+      const n = Math.min(share, this.concurrency - this._active - this._reserved);
+      if (n <= 0) continue;
       const done = this._features.done ? this._pendingDone.splice(0) : [];
-      this._state = 'claiming';
+      lane.state = 'claiming';
+      this._reserved += n;
       let rows;
       try {
-        if (!this._claimClient) {
-          this._claimClient = await this._pool.connect();
-          this._claimClient.on('error', () => {});
+        if (!lane.client) {
+          lane.client = await this._pool.connect();
+          lane.client.on('error', () => {});
         }
         const started = Date.now();
-        rows = await this._claim(free, done);
+        rows = await this._claim(lane.client, n, done);
+        this._reserved -= n;
         backoff = 250;
         if (rows.length === 0 && done.length === 0 && Date.now() - started < 20 && !this._stopping) {
           // The claim did not wait (wait => 0): do not spin on an empty queue.
-          this._state = 'backoff';
-          await this._sleepInterruptibly(100);
+          lane.state = 'backoff';
+          await this._pause(100);
         }
       } catch (err) {
-        this._state = 'backoff';
+        this._reserved -= n;
+        lane.state = 'backoff';
         if (done.length) {
           // Nothing was completed or claimed: complete one by one, which
           // sorts the stale tokens from the live ones.
@@ -198,17 +234,17 @@ class Worker extends EventEmitter {
         if (!stoppingCancel) {
           this.logger.error(`claim_next on queue ${this.queue} failed: ${errorText(err)}`);
         }
-        if (this._claimClient && !(err && typeof err.code === 'string' && err.code.length === 5)) {
+        if (lane.client && !(err && typeof err.code === 'string' && err.code.length === 5)) {
           // Not a server error: the connection may be gone; take a new one.
-          this._claimClient.release(true);
-          this._claimClient = null;
+          lane.client.release(true);
+          lane.client = null;
         }
         if (this._stopping) break;
-        await this._sleepInterruptibly(backoff);
+        await this._pause(backoff);
         backoff = Math.min(backoff * 2, 5000);
         continue;
       }
-      this._state = 'idle';
+      lane.state = 'idle';
       for (const state of done) this._settled(state, 'completed');
       if (this._stopping) {
         // Claimed after stop() was called: give them back unstarted.
@@ -217,10 +253,10 @@ class Worker extends EventEmitter {
       }
       for (const row of rows) this._start(row);
     }
-    this._state = 'backoff';
+    lane.state = 'done';
   }
 
-  async _claim(n, done) {
+  async _claim(client, n, done) {
     // A claim that completes tokens does not wait: its completions commit
     // when the statement ends, and an empty queue must not hold them back.
     const params = [this.queue, n, this.lease, done.length ? '0' : this.wait, this.workerName];
@@ -235,7 +271,7 @@ class Worker extends EventEmitter {
       '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
       `FROM ${call}`;
     try {
-      const { rows } = await this._claimClient.query(sql, params);
+      const { rows } = await client.query(sql, params);
       return rows;
     } catch (err) {
       throw mapError(err);
@@ -452,7 +488,7 @@ class Worker extends EventEmitter {
       ));
       return;
     }
-    if (this._features.done && this._state === 'idle' && !this._stopping) {
+    if (this._features.done && !this._stopping && this._laneAboutToClaim()) {
       // The claim loop is about to claim: the completion rides on it.
       state.result = result;
       this._pendingDone.push(state);

@@ -363,7 +363,7 @@ test('a fast handler costs about one claim per `concurrency` jobs', { timeout: 3
   const N = 800;
   const queue = await newQueue('node_batch');
   await client.enqueueBatch(queue, Array.from({ length: N }, (_, i) => ({ i })));
-  const worker = new Worker({ connectionString: DSN, queue, concurrency: 8, wait: 200, logger: quiet, handler: async () => null });
+  const worker = new Worker({ connectionString: DSN, queue, concurrency: 8, lanes: 1, wait: 200, logger: quiet, handler: async () => null });
   const running = worker.run();
   await waitFor(() => worker.stats.completed === N, { what: 'all completions' });
   await worker.stop();
