@@ -18,7 +18,7 @@ int64_t make(int partition, int64_t seq) {
         throw Error("2200H",
                     "token sequence value " + std::to_string(seq) +
                         " does not fit the " + std::to_string(kSeqBits) + " bits of a token",
-                    "claim.token_seq has run out; see docs/partitions.md, \"Token bits\".");
+                    "claim.token_seq has run out; see docs/partitions.md, \"How long the 53 bits last\".");
     return int64_t(partition) * kPartitionUnit + seq;
 }
 
