@@ -205,9 +205,12 @@ ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
         echo "4. $(grep "^commit_to_return" "$OUT/logs/wake_state.log")"
         echo "   $(grep "^precommit_to_return" "$OUT/logs/wake_state.log")"
         echo "   $(grep "^notify_commit_to_return" "$OUT/logs/wake_state.log")"
+        echo "   $(grep "^item_state_nowait_call" "$OUT/logs/wake_state.log")"
+        echo "   $(grep "^trivial_select_call" "$OUT/logs/wake_state.log")"
         echo "   commit_to_return: waiter's item_state call returned (its client) - completer's COMMIT returned (its client);"
         echo "   precommit_to_return: clock_timestamp() after item_state in the waiter - clock_timestamp() just before COMMIT (includes the WAL flush)"
         echo "   notify_commit_to_return (baseline): LISTEN waiter got the NOTIFY of the completing transaction - its COMMIT returned"
+        echo "   item_state_nowait_call, trivial_select_call: round trip of item_state(wait => 0) on a completed item, of SELECT \$1::bigint"
     fi
     echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews both sides alike)"
     echo "logs: $OUT/logs, per-second series: $OUT/series; bench wall time ${ELAPSED}s"

@@ -18,6 +18,8 @@ Measures, all clocks being this machine's (client and server share it):
   precommit_to_return  (pg_claim only) clock_timestamp() in the waiter's statement after
                        item_state returned minus clock_timestamp() in the completer's
                        transaction just before COMMIT: an upper bound holding the WAL flush.
+  item_state_nowait_call / trivial_select_call  one item_state(wait => 0) call on a completed item
+                       and one trivial SELECT, round trip each (what the waiter does once woken).
 Prints one line per measure: n, p50, p99, max in ms, and the samples whose wait ended without
 the item completed (lost).
 """
@@ -114,9 +116,22 @@ def run_claim(conn, samples, queue):
         b.append((server_ts - pre) * 1000)
     ours.send(None)
     proc.join()
+    # What the waiter does after its wake-up, alone: item_state without wait on a completed
+    # item, beside a trivial statement's round trip.
+    lookup, trivial = [], []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        conn.execute("SELECT state FROM claim.item_state(%s, %s)", (queue, item)).fetchone()
+        t1 = time.perf_counter()
+        conn.execute("SELECT %s::bigint", (item,)).fetchone()
+        t2 = time.perf_counter()
+        lookup.append((t1 - t0) * 1000)
+        trivial.append((t2 - t1) * 1000)
     conn.execute("SELECT claim.drop_queue(%s)", (queue,))
     report("commit_to_return", a, lost)
     report("precommit_to_return", b, lost)
+    report("item_state_nowait_call", lookup, 0)
+    report("trivial_select_call", trivial, 0)
 
 
 def run_notify(conn, samples):
