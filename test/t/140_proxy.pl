@@ -382,6 +382,25 @@ for my $k (0 .. $P - 1)
 			WHERE q.name LIKE 'd%'}), 0, "partition $k: no claim left");
 }
 
+# ------------------------------------------ the end of a partition's tokens
+# The sequence stops below the partition bits: the last token keeps its
+# partition, the next grant is refused (2200H), never a token of partition+1.
+{
+	my $q = 'd0';
+	my $k = part_of($q);
+	my ($lname) = grep { part_of($_) == $k } map { "end$_" } 0 .. 50;
+	on($k, q{SELECT setval('claim.token_seq', 9007199254740990)});
+	f(qq{SELECT claim.enqueue('$q') FROM generate_series(1, 2)});
+	my $last = f(qq{SELECT token FROM claim.claim_next('$q')});
+	is($last, ($k << 53) + 9007199254740991, 'the last token of the partition');
+	is(f("SELECT claim.token_partition($last)"), $k, 'keeps its partition bits');
+	is(f(qq{SELECT sqlstate_of('SELECT claim.claim_next(''$q'')')}), '2200H',
+		'the next claim is refused: 2200H');
+	is(f(qq{SELECT sqlstate_of('SELECT claim.lease_acquire(''$lname'', ''1 minute'')')}), '2200H',
+		'so is a lease grant on that partition');
+	is(f("SELECT claim.complete($last)"), 1, 'the last token still completes');
+}
+
 $front->stop;
 $_->stop for @parts;
 done_testing();
