@@ -12,13 +12,20 @@
 #   2. a worker claims an item with a 1-second lease and stalls; the lease
 #      expires, another worker reclaims the item under a higher token, and the
 #      stale worker's complete() is refused with SQLSTATE PC001;
-#   3. a summary: per producer, per worker, tokens, claim.queue_stats.
+#   3. a summary: per producer, per worker, tokens, claim.queue_stats;
+#   4. with --python: the Python client's worker example
+#      (clients/python/example.py: 4 concurrent handlers, results kept,
+#      one retry) against the same cluster; installs python3-psycopg if
+#      missing.
 # The cluster is stopped and removed on exit, whatever happens. Exit status is
 # non-zero if any step did not behave as described.
 #
 # Environment: PGCLAIM_USER (default pgclaim), DEMO_PORT (default 54329),
 # DEMO_PRODUCERS (3), DEMO_ITEMS (200 per producer), DEMO_WORKERS (4).
 set -euo pipefail
+
+WITH_PYTHON=0
+[[ "${1:-}" == --python ]] && WITH_PYTHON=1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PG_BIN=/usr/lib/postgresql/15/bin
@@ -219,3 +226,13 @@ FROM demo_done;
 SELECT * FROM claim.queue_stats;
 SQL
 echo "demo finished: every item completed exactly once, the expired lease was reclaimed under a higher token, the stale token was refused."
+
+if (( WITH_PYTHON )); then
+    step "the Python worker example against the demo cluster"
+    if [[ "$(dpkg-query -W -f='${Status}' python3-psycopg 2>/dev/null)" != "install ok installed" ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-psycopg </dev/null >/dev/null
+    fi
+    as_user /usr/bin/python3 "$ROOT/clients/python/example.py" \
+        "postgresql:///postgres?host=$DEMO&port=$PORT&user=$RUN_USER"
+fi

@@ -12,6 +12,9 @@
 #      isolation  pg_isolation_regress over test/isolation/specs/*.spec
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest
+#      clients    test/clients.sh: the Python and Node clients, also through PgBouncer
+#      ops        test/exporter_test.sh, test/dashboard_test.sh
+#      hardening  test/soak.sh, test/sqlsmith.sh, test/memory_flat.sh
 # 4. Prints a per-layer summary and, as the very last line: "N passed, N failed".
 #
 # What a count is:
@@ -27,11 +30,14 @@
 #
 # Environment:
 #   PGCLAIM_USER           OS user that runs the servers   (default pgclaim)
-#   PGCLAIM_LAYER_TIMEOUT  seconds per layer at most       (default 300)
-#   PGCLAIM_TIME_BUDGET    seconds for all layers together (default 600; a
+#   PGCLAIM_LAYER_TIMEOUT  seconds per layer at most       (default 900)
+#   PGCLAIM_TIME_BUDGET    seconds for all layers together (default 2700; a
 #                          layer gets what is left, at most the layer timeout)
 #   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
-#   PGCLAIM_LAYERS         layers to run, space-separated  (default: all)
+#   PGCLAIM_LAYERS         layers to run, space-separated  (default: regress
+#                          isolation tap unit clients ops hardening; also
+#                          valgrind, which is slow: see docs/hardening.md)
+#   PGCLAIM_SOAK_SECONDS, PGCLAIM_SQLSMITH_SECONDS  (default 60 each)
 #   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
 #   PGCLAIM_TAP            TAP files to run, by name prefix (e.g. "007 101"; default: all)
 set -uo pipefail   # no -e: a failing layer must not stop the others
@@ -41,9 +47,9 @@ PG_BIN=/usr/lib/postgresql/15/bin
 PG_CONFIG="$PG_BIN/pg_config"
 PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
-MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-300}"
-TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-600}"
-LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit})
+MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-900}"
+TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-2700}"
+LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit clients ops hardening})
 
 declare -A PASSED FAILED NOTE
 TOTAL_PASSED=0
@@ -336,6 +342,43 @@ run_unit_layer() {
 }
 
 LAYERS_START=$SECONDS
+# A layer of scripts that set up what they need, start their own servers and
+# end with the line "<name>: N passed, N failed". Run from the checkout as
+# root (they install packages); each gets what is left of the layer's time.
+#   run_script_layer LAYER "script args" ...
+run_script_layer() {
+    local layer=$1 spec script log rc line p f start=$SECONDS left name
+    shift
+    for spec in "$@"; do
+        script=${spec%% *}
+        name=$(basename "$script" .sh)
+        log="$LOGS/$layer-$name.log"
+        left=$(( LAYER_TIMEOUT - (SECONDS - start) ))
+        if (( left < 10 )); then
+            record "$layer" 0 1 "$name not run (time)"
+            FAILED_NAMES+=("$layer/$name (not run)")
+            continue
+        fi
+        echo "--- $spec"
+        (cd "$ROOT" && timeout -k 10 "$left" bash $spec) </dev/null 2>&1 | tee "$log" | tail -n 15
+        rc=${PIPESTATUS[0]}
+        line=$(grep -E '^[A-Za-z0-9_ -]+: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+        if [[ $line =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+            p=${BASH_REMATCH[1]}; f=${BASH_REMATCH[2]}
+            record "$layer" "$p" "$f"
+            (( f > 0 )) && FAILED_NAMES+=("$layer/$name ($f)")
+            if (( f == 0 && rc != 0 )); then
+                record "$layer" 0 1 "$name exited $rc"
+                FAILED_NAMES+=("$layer/$name (exit $rc)")
+            fi
+        else
+            record "$layer" 0 1 "$name gave no result (exit $rc)"
+            FAILED_NAMES+=("$layer/$name (no result)")
+            show_file "$name output" "$log" 60 tail
+        fi
+    done
+}
+
 for layer in "${LAYERS[@]}"; do
     t0=$SECONDS
     banner "$layer"
@@ -352,6 +395,12 @@ for layer in "${LAYERS[@]}"; do
         isolation) run_pg_regress_layer isolation REGRESS output_iso ;;
         tap)       run_tap_layer ;;
         unit)      run_unit_layer ;;
+        clients)   run_script_layer clients test/clients.sh ;;
+        ops)       run_script_layer ops test/exporter_test.sh test/dashboard_test.sh ;;
+        hardening) run_script_layer hardening "test/soak.sh ${PGCLAIM_SOAK_SECONDS:-60}" \
+                                              "test/sqlsmith.sh ${PGCLAIM_SQLSMITH_SECONDS:-60}" \
+                                              test/memory_flat.sh ;;
+        valgrind)  run_script_layer valgrind test/valgrind.sh ;;
         *)         echo "unknown layer $layer"; record "$layer" 0 1 "unknown layer" ;;
     esac
     NOTE[$layer]="${NOTE[$layer]:+${NOTE[$layer]}; }$((SECONDS - t0))s"

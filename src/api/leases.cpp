@@ -236,14 +236,24 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             }
         }
         int32 nfree = 0;
+        int32 live = 0;
         int64 next_expiry = 0;
         pg::call_core([&] {
             SlotPlan p = plan_slots(shown, permits, rows, (int)nrows, now, free_slots);
             nfree = p.nfree;
+            live = p.live;
             next_expiry = p.next_expiry;
         });
 
         bool busy = false;
+        // The name's lock (see pg::lock_lease_name): a grant in flight that
+        // we cannot see is made under it.
+        uint64 name_key = slot_key(n, -1);
+        bool name_exclusive = live == 0;
+        if (nfree > 0 && !pg::lock_lease_name(name_key, name_exclusive)) {
+            busy = true;
+            nfree = 0;
+        }
         for (int i = 0; i < nfree; ++i) {
             int32 slot = free_slots[i];
             uint64 key = slot_key(n, slot);
@@ -265,6 +275,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             busy = true;
         }
         if (granted) break;
+        if (nfree > 0) pg::unlock_lease_name(name_key, name_exclusive);
 
         now = pg::clock_now();
         if (now >= deadline) break;

@@ -18,6 +18,11 @@ Stmt s_create = {
     "INSERT INTO claim.queues (name, lease, max_attempts, backoff, retain) "
     "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING RETURNING queue_id",
     5, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID}, nullptr};
+// A 0.1.0 catalog not yet updated has no retain column.
+Stmt s_create_v1 = {
+    "INSERT INTO claim.queues (name, lease, max_attempts, backoff) "
+    "VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING RETURNING queue_id",
+    4, {TEXTOID, INTERVALOID, INT4OID, INTERVALOID}, nullptr};
 
 Stmt s_drop = {"DELETE FROM claim.queues WHERE name = $1 RETURNING queue_id", 1, {TEXTOID}, nullptr};
 Stmt s_drop_parents = {
@@ -121,7 +126,7 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
                   has_retain ? PG_GETARG_DATUM(4)
                              : DirectFunctionCall3(interval_in, CStringGetDatum("0"),
                                                    ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1))};
-    if (pg::run(s_create, v, nullptr) == 0) {
+    if (pg::run(pg::lifecycle_catalog() ? s_create : s_create_v1, v, nullptr) == 0) {
         pg::error({ERRCODE_DUPLICATE_OBJECT}, "queue \"%s\" already exists", name);
     }
     pg::free_result();
