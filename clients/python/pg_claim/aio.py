@@ -516,8 +516,12 @@ class AsyncWorker:
             log.warning("worker %s: job %d rolled back and released at shutdown",
                         self._label(), job.id)
         except psycopg.Error as exc:
-            log.warning("worker %s: job %d rolled back; release failed (%s)", self._label(),
-                        job.id, _error_text(exc))
+            if _sqlstate(exc) == STALE:   # its lease ran out meanwhile: ready anyway
+                log.info("worker %s: job %d rolled back; its lease had already ended",
+                         self._label(), job.id)
+            else:
+                log.warning("worker %s: job %d rolled back; release failed (%s)",
+                            self._label(), job.id, _error_text(exc))
 
     async def _execute_complete(self, conn: "psycopg.AsyncConnection[Any]", token: int,
                                 result: Any) -> None:

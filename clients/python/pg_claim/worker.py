@@ -136,6 +136,7 @@ class _Slot:
         self.conn: Optional[psycopg.Connection[Any]] = None
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
+        self.beat_lock = threading.Lock()   # held by the heartbeat during an extend
         self.state = "idle"            # idle | claiming | busy | done
         self.job: Optional[Job] = None
         self.lost = False              # the heartbeat saw the token go stale
@@ -533,7 +534,7 @@ class Worker:
                 slot.cond.notify()
 
     def _end_job(self, slot: _Slot) -> Tuple[bool, bool]:
-        with slot.lock:
+        with slot.beat_lock, slot.lock:
             slot.job = None
             return slot.abandoned, slot.lost
 
@@ -621,8 +622,12 @@ class Worker:
             log.warning("worker %s: job %d rolled back and released at shutdown",
                         self._label(), job.id)
         except psycopg.Error as exc:
-            log.warning("worker %s: job %d rolled back; release failed (%s)", self._label(),
-                        job.id, _error_text(exc))
+            if _sqlstate(exc) == STALE:   # its lease ran out meanwhile: ready anyway
+                log.info("worker %s: job %d rolled back; its lease had already ended",
+                         self._label(), job.id)
+            else:
+                log.warning("worker %s: job %d rolled back; release failed (%s)",
+                            self._label(), job.id, _error_text(exc))
 
     def _execute_complete(self, conn: "psycopg.Connection[Any]", token: int, result: Any) -> None:
         if result is not None and self.features is not None and self.features.complete_result:
@@ -680,8 +685,10 @@ class Worker:
     def _beat_main(self, slot: _Slot) -> None:
         seen = 0
         period = 1.0
-        with slot.cond:
-            while not slot.closed:
+        while True:
+            with slot.cond:
+                if slot.closed:
+                    return
                 job = slot.job
                 if job is None or slot.lost or slot.abandoned:
                     if slot.started != seen:
@@ -702,19 +709,24 @@ class Worker:
                     slot.beat_wake_at = time.monotonic() + delay
                     slot.cond.wait(delay)
                     continue
-                # Due: extend on the slot's connection while holding the slot
-                # lock, so the job cannot end (and, in transactional mode, the
-                # next job's transaction cannot start) under the extend.
+                slot.next_beat = time.monotonic() + period
+            # Due. The beat lock keeps the job from ending (and, in
+            # transactional mode, the next job's transaction from starting)
+            # under the extend; the slot lock is not held while the extend
+            # waits for the connection, so a stop is never blocked by it.
+            with slot.beat_lock:
+                with slot.lock:
+                    if slot.job is not job or slot.abandoned:
+                        continue
                 conn = slot.conn
-                lease = self.lease
-                slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
                 try:
                     assert conn is not None
-                    conn.execute(EXTEND_SQL, (job.token, lease))
+                    conn.execute(EXTEND_SQL, (job.token, self.lease))
                     slot.stats.extended += 1
                 except psycopg.Error as exc:
                     if _sqlstate(exc) == STALE:
-                        slot.lost = True
+                        with slot.lock:
+                            slot.lost = True
                         log.warning("worker %s: job %d lost its lease (%s)", self._label(),
                                     job.id, exc.diag.message_primary)
                     else:

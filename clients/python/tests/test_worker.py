@@ -378,3 +378,31 @@ def test_worker_reconnects_after_losing_its_connections(dsn: str, conn: "psycopg
         worker.stop()
         t.join(15)
     assert not t.is_alive()
+
+
+def test_stop_not_blocked_by_long_transactional_statement(dsn: str,
+                                                          conn: "psycopg.Connection[Any]",
+                                                          client: pg_claim.Client,
+                                                          queue: str) -> None:
+    """A handler's statement outlasts the grace period while its heartbeat
+    waits for the connection: the stop cancels the statement, the transaction
+    rolls back and the item is released."""
+    item = client.enqueue(queue, {})
+
+    def handler(job: pg_claim.Job) -> None:
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+        job.conn.execute("SELECT pg_sleep(30)")
+
+    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, lease=6, grace=0.5,
+                             wait=0.2, handle_signals=False)
+    timer = threading.Timer(1.5, worker.stop)
+    timer.start()
+    t0 = time.monotonic()
+    stats = worker.run()
+    assert time.monotonic() - t0 < 8
+    assert stats.released == 1 and stats.completed == 0
+    assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
+    rows = conn.execute("SELECT id FROM claim.claim_next(%s)", (queue,)).fetchall()
+    assert rows == [(item,)]
