@@ -160,26 +160,24 @@ namespace {
 [[noreturn]] void unexpected_null(int colno) {
     error({ERRCODE_INTERNAL_ERROR}, "pg_claim: column %d of a result is NULL", colno);
 }
-}  // namespace
 
-int64_t col_int64(uint64 row, int colno) {
+
+// Column `colno` of row `row`, which must not be NULL.
+Datum col_not_null(uint64 row, int colno) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
     if (isnull) unexpected_null(colno);
-    return DatumGetInt64(d);
+    return d;
 }
+}  // namespace
+
+int64_t col_int64(uint64 row, int colno) { return DatumGetInt64(col_not_null(row, colno)); }
+int32_t col_int32(uint64 row, int colno) { return DatumGetInt32(col_not_null(row, colno)); }
 
 int64_t col_int64_or(uint64 row, int colno, int64_t if_null) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
     return isnull ? if_null : DatumGetInt64(d);
-}
-
-int32_t col_int32(uint64 row, int colno) {
-    bool isnull;
-    Datum d = col(row, colno, &isnull);
-    if (isnull) unexpected_null(colno);
-    return DatumGetInt32(d);
 }
 
 int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
