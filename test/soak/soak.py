@@ -26,7 +26,6 @@ hit proves nothing.
 
 Lines starting with "ok: " or "FAILED: " are the checks; test/soak.sh counts them.
 """
-import json
 import logging
 import os
 import random
