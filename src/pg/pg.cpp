@@ -161,7 +161,6 @@ namespace {
     error({ERRCODE_INTERNAL_ERROR}, "pg_claim: column %d of a result is NULL", colno);
 }
 
-
 // Column `colno` of row `row`, which must not be NULL.
 Datum col_not_null(uint64 row, int colno) {
     bool isnull;
