@@ -2,7 +2,9 @@
 # docs/partitions.md): routing by the documented hash, tokens that route
 # back, SQLSTATEs through the front, waits woken and cancelled through the
 # front, fencing of leases, once and guards, a stopped partition, and 8
-# workers draining 16 queues through the front with every item exactly once.
+# workers draining 16 queues through the front with every item exactly once
+# (100k items; PGCLAIM_PROXY_ITEMS sets another count), and the end of a
+# partition's token sequence.
 use strict;
 use warnings;
 
