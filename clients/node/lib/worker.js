@@ -121,7 +121,7 @@ class Worker extends EventEmitter {
       if (this._signal.aborted) this._stopping = true;
       else this._signal.addEventListener('abort', onAbort, { once: true });
     }
-    const { pool, owned } = makePool(this._options, this.concurrency + 2);
+    const { pool, owned } = makePool(this._options, this.concurrency + this.lanes + 1);
     this._pool = pool;
     this._ownsPool = owned;
     try {
@@ -211,6 +211,12 @@ class Worker extends EventEmitter {
         if (!lane.client) {
           lane.client = await this._pool.connect();
           lane.client.on('error', () => {});
+        }
+        if (this._stopping) {
+          // stop() came while connecting: its cancel found nothing to cancel.
+          this._reserved -= n;
+          if (done.length) this._completeEach(done);
+          break;
         }
         const started = Date.now();
         rows = await this._claim(lane.client, n, done);
