@@ -381,3 +381,45 @@ test('Client.metrics: rows, or NotSupportedError on servers without claim.metric
   if (r[0].n > 0) assert.ok(Array.isArray(await client.metrics()));
   else await assert.rejects(client.metrics(), require('..').NotSupportedError);
 });
+
+for (const piggyback of [false, true]) {
+  test(`one stale token among finished items (piggyback: ${piggyback}): it alone is dropped`, { timeout: 20000 }, async (t) => {
+    if (piggyback && !feats.done) {
+      t.skip('the server has no claim_next(done)');
+      return;
+    }
+    const queue = await newQueue(`node_mixed${piggyback ? 'p' : 'a'}`, { lease: 1000 });
+    const [idA, idB] = await client.enqueueBatch(queue, [{ name: 'A' }, { name: 'B' }]);
+    let open;
+    const gate = new Promise((resolve) => { open = resolve; });
+    const started = new Set();
+    const worker = new Worker({
+      connectionString: DSN, queue, concurrency: 2, wait: 200, heartbeat: false, piggyback, logger: quiet,
+      handler: async (job, ctx) => {
+        // B keeps its claim alive by hand; A lets its 1 s lease run out.
+        if (job.payload.name === 'B') await ctx.extend(10000);
+        started.add(job.payload.name);
+        await gate;
+      },
+    });
+    const outcomes = {};
+    worker.on('settled', (job, outcome) => { outcomes[job.payload.name] = outcome; });
+    const running = worker.run();
+    await waitFor(() => started.size === 2, { what: 'both handlers' });
+    const [again] = await waitFor(async () => {
+      const r = await rows('SELECT id, token FROM claim.claim_next($1::text)', [queue]);
+      return r.length ? r : null;
+    }, { what: 'the reclaim of A' });
+    assert.equal(again.id, idA);
+    open(); // both finish in the same turn: their completions go out together
+    await waitFor(() => outcomes.A && outcomes.B, { what: 'both outcomes' });
+    assert.deepEqual(outcomes, { A: 'stale', B: 'completed' });
+    assert.equal(worker.piggyback, piggyback);
+    await worker.stop();
+    await running;
+    await pool.query('SELECT claim.complete($1::bigint)', [again.token]);
+    const [s] = await client.stats(queue);
+    assert.equal(s.ready + s.claimed + s.dead, 0, `B (${idB}) and A are finished`);
+    await client.dropQueue(queue);
+  });
+}
