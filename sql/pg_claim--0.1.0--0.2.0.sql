@@ -500,3 +500,146 @@ REVOKE EXECUTE ON FUNCTION claim.queue_counters(integer), claim.metrics() FROM P
 GRANT EXECUTE ON FUNCTION claim.queue_counters(integer), claim.metrics() TO claim_admin, pg_monitor;
 GRANT USAGE ON SCHEMA claim TO pg_monitor;
 GRANT SELECT ON claim.queues, claim.queue_stats TO pg_monitor;
+
+-- ===========================================================================
+-- Hot standbys (docs/standby.md). Claims live in the unlogged claim.claims,
+-- which a standby does not have: PostgreSQL refuses even to plan a query that
+-- names it during recovery. The views read claims through the two functions
+-- below, which look at them only on a primary. On a standby, queue_stats
+-- shows the counts that need claims as NULL (unknown), and claimed_items and
+-- blocked_groups raise 55000 (object_not_in_prerequisite_state) naming the
+-- primary. Both functions raise that error, on a standby, when given the
+-- name of the view that asks.
+-- ===========================================================================
+-- When each claim was taken and until when it holds: what queue_stats and
+-- blocked_groups need, and no token or worker. SECURITY DEFINER, so that a
+-- role that may read those views needs no right on claim.claims.
+CREATE FUNCTION claim._claim_times(view text DEFAULT NULL)
+RETURNS TABLE (item_id bigint, claimed_at timestamptz, lease_until timestamptz)
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        IF view IS NULL THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('claims are not replicated: %s cannot be shown on a hot standby', view),
+            HINT = 'Read it on the primary. On a standby, claim.queue_stats shows ready, claimed and oldest_ready_age as NULL.';
+    END IF;
+    RETURN QUERY SELECT c.item_id, c.claimed_at, c.lease_until FROM claim.claims c;
+END
+$$;
+
+-- Every column of the claims, with the caller's rights on claim.claims.
+CREATE FUNCTION claim._claim_rows(view text DEFAULT NULL)
+RETURNS SETOF claim.claims
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        IF view IS NULL THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('claims are not replicated: %s cannot be shown on a hot standby', view),
+            HINT = 'Read it on the primary. On a standby, claim.queue_stats shows ready, claimed and oldest_ready_age as NULL.';
+    END IF;
+    RETURN QUERY SELECT c.* FROM claim.claims c;
+END
+$$;
+GRANT EXECUTE ON FUNCTION claim._claim_times(text), claim._claim_rows(text) TO claim_admin;
+
+-- The same columns as before; the views keep their grants.
+CREATE OR REPLACE VIEW claim.queue_stats AS
+SELECT q.name AS queue,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NULL
+                          AND (c.item_id IS NULL OR c.lease_until <= pg_catalog.clock_timestamp())) END AS ready,
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NOT NULL) AS scheduled,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN
+       count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NULL
+                          AND c.lease_until > pg_catalog.clock_timestamp()) END AS claimed,
+       count(*) FILTER (WHERE i.state = 'd') AS dead,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN
+       pg_catalog.clock_timestamp() - min(i.enqueued_at) FILTER (
+           WHERE i.state = 'r' AND i.run_at IS NULL
+             AND (c.item_id IS NULL OR c.lease_until <= pg_catalog.clock_timestamp())) END AS oldest_ready_age,
+       count(*) FILTER (WHERE i.state = 'w') AS waiting,
+       q.paused
+FROM claim.queues q
+LEFT JOIN claim.items i ON i.queue_id = q.queue_id
+LEFT JOIN claim._claim_times() c ON c.item_id = i.id
+GROUP BY q.queue_id, q.name, q.paused;
+COMMENT ON VIEW claim.queue_stats IS
+    'Items per queue. On a hot standby ready, claimed and oldest_ready_age are NULL: claims are not replicated (read them on the primary).';
+
+CREATE OR REPLACE VIEW claim.claimed_items AS
+SELECT q.name AS queue, c.item_id AS id, c.token, c.attempt, c.worker,
+       c.claimed_at, c.lease_until,
+       c.lease_until > pg_catalog.clock_timestamp() AS live
+FROM claim._claim_rows('claim.claimed_items') c
+JOIN claim.queues q ON q.queue_id = c.queue_id;
+COMMENT ON VIEW claim.claimed_items IS
+    'Live and expired claims. Not on a hot standby (55000): claims are not replicated (read them on the primary).';
+
+CREATE OR REPLACE VIEW claim.blocked_groups AS
+SELECT q.name AS queue,
+       h.group_key,
+       h.id AS head_id,
+       CASE WHEN h.run_at IS NULL THEN 'claimed'
+            WHEN h.failures > 0 THEN 'backoff'
+            ELSE 'delayed' END AS reason,
+       CASE WHEN h.run_at IS NULL THEN c.claimed_at ELSE h.enqueued_at END AS since,
+       CASE WHEN h.run_at IS NULL THEN c.lease_until ELSE h.run_at END AS until,
+       (SELECT count(*) FROM claim.items f
+         WHERE f.queue_id = h.queue_id AND f.group_key = h.group_key
+           AND f.state = 'r' AND f.id > h.id) AS waiting
+FROM (SELECT DISTINCT ON (i.queue_id, i.group_key)
+             i.id, i.queue_id, i.group_key, i.run_at, i.failures, i.enqueued_at
+      FROM claim.items i
+      WHERE i.group_key IS NOT NULL AND i.state = 'r'
+      ORDER BY i.queue_id, i.group_key, i.id) h
+JOIN claim.queues q ON q.queue_id = h.queue_id
+LEFT JOIN claim._claim_times('claim.blocked_groups') c ON c.item_id = h.id
+WHERE (h.run_at IS NOT NULL AND h.run_at > pg_catalog.clock_timestamp())
+   OR (h.run_at IS NULL AND c.lease_until > pg_catalog.clock_timestamp()
+       AND c.claimed_at <= pg_catalog.clock_timestamp() - q.lease);
+COMMENT ON VIEW claim.blocked_groups IS
+    'Groups held back by their head item. Not on a hot standby (55000): whether a head is claimed is not replicated (read it on the primary).';
+
+-- lease_purge reads claim.lease_released (unlogged): on a standby it refuses
+-- as every function that writes does (25006), before any query names it.
+CREATE OR REPLACE FUNCTION claim.lease_purge(older_than interval DEFAULT '1 hour')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = 'cannot call claim.lease_purge on a hot standby',
+            HINT = 'Connect to the primary: claims, tokens and leases are written there.';
+    END IF;
+    WITH cutoff AS (
+        SELECT LEAST(pg_catalog.clock_timestamp(),
+                     pg_catalog.clock_timestamp() - older_than) AS t
+    ), d AS (
+        DELETE FROM claim.lease_holders h USING cutoff
+        WHERE h.expires_at < cutoff.t
+           OR (h.acquired_at < cutoff.t AND EXISTS (
+                SELECT 1 FROM claim.lease_released r
+                WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token))
+        RETURNING h.name, h.slot
+    ), r AS (
+        DELETE FROM claim.lease_released r USING d
+        WHERE r.name = d.name AND r.slot = d.slot
+    )
+    SELECT pg_catalog.count(*) INTO purged FROM d;
+    RETURN purged;
+END
+$$;
