@@ -339,7 +339,11 @@ class AsyncWorker:
                     pending = []
                     await asyncio.sleep(1.0)
             if pending:
-                await self._complete_now(slot, pending[0], None)
+                try:
+                    await self._complete_now(slot, pending[0], None)
+                except psycopg.Error as exc:
+                    log.warning("worker %s: could not complete job token %d (%s); it returns "
+                                "when its lease ends", self._label(), pending[0], _error_text(exc))
         finally:
             slot.state = "done"
 
@@ -497,7 +501,7 @@ class AsyncWorker:
                             self._label(), job.id, _error_text(exc))
             elif slot.abandoned:
                 await self._release_after_abandon(slot, job)
-            elif isinstance(exc, psycopg.OperationalError):
+            elif conn.closed or conn.broken:   # the slot's connection is gone
                 raise
             else:
                 log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,

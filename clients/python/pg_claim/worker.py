@@ -440,7 +440,11 @@ class Worker:
                     pending = []
                     self._stop.wait(1.0)
             if pending:
-                self._complete_now(slot, pending[0], None)
+                try:
+                    self._complete_now(slot, pending[0], None)
+                except psycopg.Error as exc:
+                    log.warning("worker %s: could not complete job token %d (%s); it returns "
+                                "when its lease ends", self._label(), pending[0], _error_text(exc))
         finally:
             with slot.lock:
                 slot.state = "done"
@@ -600,7 +604,7 @@ class Worker:
                             self._label(), job.id, _error_text(exc))
             elif self._abandoned(slot):
                 self._release_after_abandon(slot, job)
-            elif isinstance(exc, psycopg.OperationalError):
+            elif conn.closed or conn.broken:   # the slot's connection is gone
                 raise
             else:
                 log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
