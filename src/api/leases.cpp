@@ -25,6 +25,7 @@
 #include "api/partition.hpp"
 #include "api/shared.hpp"
 #include "core/lease_rules.hpp"
+#include "shmem/lease_grants.hpp"
 #include "shmem/wakeup.hpp"
 
 #include <string_view>
@@ -216,8 +217,13 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     int64 token = 0;
     bool granted = false;
 
+    // Grants in flight are announced in shared memory before the holders are
+    // read: one with another permit count makes the name busy, and one
+    // that committed since is seen among the holders (PC002).
+    uint64 name_hash = slot_key(n, -1);
     while (!granted) {
         TimestampTz now = pg::clock_now();
+        bool announced = shmem::lease_grant_begin(name_hash, permits);
         Datum hv[1] = {PointerGetDatum(n.t)};
         uint64 nrows = pg::run(s_holders, hv, nullptr);
         if (nrows > (uint64)cap) {
@@ -236,21 +242,15 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             }
         }
         int32 nfree = 0;
-        int32 live = 0;
         int64 next_expiry = 0;
         pg::call_core([&] {
             SlotPlan p = plan_slots(shown, permits, rows, (int)nrows, now, free_slots);
             nfree = p.nfree;
-            live = p.live;
             next_expiry = p.next_expiry;
         });
 
         bool busy = false;
-        // The name's lock (see pg::lock_lease_name): a grant in flight that
-        // we cannot see is made under it.
-        uint64 name_key = slot_key(n, -1);
-        bool name_exclusive = live == 0;
-        if (nfree > 0 && !pg::lock_lease_name(name_key, name_exclusive)) {
+        if (!announced) {
             busy = true;
             nfree = 0;
         }
@@ -275,7 +275,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             busy = true;
         }
         if (granted) break;
-        if (nfree > 0) pg::unlock_lease_name(name_key, name_exclusive);
+        if (announced) shmem::lease_grant_cancel(name_hash);
 
         now = pg::clock_now();
         if (now >= deadline) break;

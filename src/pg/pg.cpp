@@ -205,19 +205,6 @@ bool lock_lease(uint64 key, bool wait) {
     return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-bool lock_lease_name(uint64 key, bool exclusive) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, true) !=
-           LOCKACQUIRE_NOT_AVAIL;
-}
-
-void unlock_lease_name(uint64 key, bool exclusive) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    (void)LockRelease(&tag, exclusive ? ExclusiveLock : ShareLock, false);
-}
-
 void unlock_lease(uint64 key) {
     LOCKTAG tag;
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);

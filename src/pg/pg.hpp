@@ -146,12 +146,6 @@ void unlock_item(int64_t item_id);
 // transaction ends.
 bool lock_lease(uint64 key, bool wait);
 void unlock_lease(uint64 key);
-// The lock of a lease name, tried: exclusive for a first acquirer (no live
-// holder visible), shared for one that joins live holders. Two first
-// acquirers, or a first one and a grant in flight, exclude each other, so
-// every live holder of a name agrees on its permit count.
-bool lock_lease_name(uint64 key, bool exclusive);
-void unlock_lease_name(uint64 key, bool exclusive);
 
 // --- tokens ---------------------------------------------------------------
 // Make sure the WAL record that covers every token handed out so far is on

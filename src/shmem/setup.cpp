@@ -3,6 +3,7 @@
 // that every layer reads.
 #include "shmem/shared.hpp"
 #include "shmem/metrics.hpp"
+#include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
 
 extern "C" {
@@ -39,6 +40,7 @@ void shmem_request() {
     RequestAddinShmemSpace(shmem_size());
     RequestAddinShmemSpace(metrics_shmem_size());
     RequestAddinShmemSpace(rates_shmem_size());
+    RequestAddinShmemSpace(lease_grants_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
 }
 
@@ -66,6 +68,7 @@ void shmem_startup() {
     }
     metrics_shmem_init();
     rates_shmem_init();
+    lease_grants_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -1,0 +1,26 @@
+// Lease grants in flight: the permit count of every lease name with a grant
+// not yet committed, across all backends. Grants a holder row cannot show
+// yet (the transaction that inserted it is open) are known here, so two
+// acquirers asking for different counts never both succeed.
+#pragma once
+
+#include "pg/pg.hpp"
+
+namespace pgclaim::shmem {
+
+// Entries of the table (names with a grant in flight at one moment).
+inline constexpr int kLeaseGrantEntries = 1024;
+
+Size lease_grants_shmem_size();
+void lease_grants_shmem_init();
+
+// Announces a grant of `permits` for the name (a 64-bit hash of it) by this
+// transaction; false when a grant with another count is in flight in
+// another transaction, or the table is full (the caller treats the name as
+// busy). Kept until the transaction ends. Without the preload it always
+// succeeds (and only committed holders are compared).
+bool lease_grant_begin(uint64 name_hash, int32 permits);
+// This transaction's grant did not happen after all.
+void lease_grant_cancel(uint64 name_hash);
+
+}  // namespace pgclaim::shmem
