@@ -43,6 +43,7 @@ bench_init() {
 }
 
 ext_installed() {
+    command -v "$PG_CONFIG" >/dev/null 2>&1 || return 1
     [[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" && -f "$("$PG_CONFIG" --sharedir)/extension/pg_claim.control" ]]
 }
 
@@ -74,7 +75,8 @@ bench_cleanup() {
     exit $rc
 }
 
-# bench_cluster PORT [EXTRA_CONF] [PRELOAD]   (PRELOAD default pg_claim; "" for none)
+# bench_cluster PORT [EXTRA_CONF] [PRELOAD]   (PRELOAD: shared_preload_libraries, default pg_claim;
+# the extensions pg_claim and pg_stat_statements are created when they are preloaded)
 bench_cluster() {
     local port=$1 extra=${2:-} preload=${3-pg_claim}
     WORK=$(mktemp -d "/tmp/pg_claim-${BENCH_NAME}.XXXXXX")
@@ -112,7 +114,10 @@ EOF
         || { "${AS[@]}" cat "$WORK/server.log" >&2; die "server did not start"; }
     export PGHOST=$SOCK PGPORT=$port PGUSER=$DBUSER PGDATABASE=bench
     "$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench" >/dev/null
-    if [[ -n $preload ]]; then sql -c "CREATE EXTENSION pg_claim" >/dev/null || die "CREATE EXTENSION pg_claim failed"; fi
+    if [[ ,$preload, == *,pg_claim,* ]]; then
+        sql -c "CREATE EXTENSION pg_claim" >/dev/null || die "CREATE EXTENSION pg_claim failed"
+    fi
+    if [[ ,$preload, == *,pg_stat_statements,* ]]; then sql -c "CREATE EXTENSION pg_stat_statements" >/dev/null; fi
 }
 
 sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
@@ -131,15 +136,18 @@ settle() {
 # run_pgbench NAME CLIENTS DURATION SCRIPT [PGBENCH_ARGS...]  ->  sets TPS, WALB (WAL bytes per
 # transaction), ABORTED;
 # writes $OUT/logs/NAME.log and $OUT/series/NAME.dat (second, tps).
-# BENCH_WAITS=1: samples what the pgbench backends wait on every 0.1 s (each sample its own
-# short transaction, so it pins no xmin) and appends the shares to $OUT/logs/waits.txt.
+# BENCH_WAITS=1 (or BENCH_STATS=1): samples what the pgbench backends wait on every 0.1 s (each
+# sample its own short transaction, so it pins no xmin) and appends the shares to
+# $OUT/logs/waits.txt. BENCH_STATS=1 (pg_stat_statements preloaded, track = all): the top
+# statements of the window go to $OUT/logs/stats.txt.
 run_pgbench() {
     local name=$1 clients=$2 dur=$3 script=$4 threads=${THREADS:-2} sampler=
     shift 4
     (( clients < threads )) && threads=$clients
     mkdir -p "$OUT/logs" "$OUT/series"
     log "run $name: $clients clients, ${dur}s"
-    if [[ ${BENCH_WAITS:-0} == 1 ]]; then
+    [[ ${BENCH_STATS:-0} == 1 ]] && sql -c "SELECT pg_stat_statements_reset()" >/dev/null
+    if [[ ${BENCH_WAITS:-0} == 1 || ${BENCH_STATS:-0} == 1 ]]; then
         printf '%s\n' "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'),
                              left(regexp_replace(query, '\s+', ' ', 'g'), 50), count(*)
                       FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active'
@@ -173,6 +181,19 @@ run_pgbench() {
                  END { for (e in n) printf "%6.1f%%  %s\n", 100 * n[e] / t, e }' "$WORK/waits_$name.txt" \
                 | sort -rn | head -8
         } | tee -a "$OUT/logs/waits.txt" >&2
+    fi
+    if [[ ${BENCH_STATS:-0} == 1 ]]; then
+        {
+            echo "--- pg_stat_statements for $name (top 8 by total time)"
+            echo "calls | total_ms | mean_ms | rows | buffer hits/call | WAL bytes/call | query"
+            sql -F ' | ' -c "SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
+                                    round(mean_exec_time::numeric, 3) AS mean_ms, rows,
+                                    shared_blks_hit / greatest(calls, 1), round(wal_bytes / greatest(calls, 1)),
+                                    left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+                             FROM pg_stat_statements
+                             WHERE query NOT LIKE '%pg_stat_activity%' AND query NOT LIKE '%pg_stat_statements_reset%'
+                             ORDER BY total_exec_time DESC LIMIT 8"
+        } | tee -a "$OUT/logs/stats.txt" >&2
     fi
 }
 

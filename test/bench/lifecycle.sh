@@ -105,7 +105,7 @@ SELECT pg_sleep($PIN_DUR + 120);
 COMMIT;
 EOF
     PINNER=$!
-    BENCH_PIDS+=("$PINNER")
+    BENCH_PIDS=("$PINNER")
     for i in $(seq 1 100); do
         xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
         [[ -n $xmin ]] && break
@@ -117,6 +117,7 @@ EOF
 pin_stop() {
     sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
     wait "$PINNER" 2>/dev/null || true
+    BENCH_PIDS=()
 }
 # n_live_tup/n_dead_tup/n_tup_del of claim.items and the history slots
 dead_tuples() {

@@ -15,7 +15,9 @@
 #   BENCH_SETUP=1            run test/setup.sh first (build + install); default: only if needed
 #   BENCH_ONLY="1 3"         run only these workloads (2 implies 1, whose clean run it is compared with)
 #   BENCH_STATS=1            preload pg_stat_statements (track = all, so the extension's own SQL shows)
-#                            and write the top statements of each run to logs/stats.txt
+#                            and write the top statements of each run to logs/stats.txt, the
+#                            pgbench backends' wait events (sampled every 0.1 s) to logs/waits.txt
+#   BENCH_WAITS=1            the wait events alone
 #   BENCH_KEEP=1             keep the cluster directory at exit (for post-mortems)
 #   BENCH_OUT=dir            output directory (default test/bench/out)
 #   CLIENTS="16 64 128"      client counts (default 16): one whole run per count, see below
@@ -64,8 +66,9 @@ ONLY=" ${BENCH_ONLY:-1 2 3 4} "
 [[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
 want() { [[ $ONLY == *" $1 "* ]]; }
 
-log()  { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die()  { log "ERROR: $*"; exit 1; }
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"   # log, die, cluster, sql, settle, run_pgbench, fills, shared scripts
+BENCH_NAME=bench
 
 # --------------------------------------------------------------------------- prerequisites
 PG_CONFIG=${PG_CONFIG:-}
@@ -73,11 +76,6 @@ if [[ -z $PG_CONFIG ]]; then
     if [[ -x /usr/lib/postgresql/15/bin/pg_config ]]; then PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
     else PG_CONFIG=pg_config; fi
 fi
-
-ext_installed() {
-    command -v "$PG_CONFIG" >/dev/null 2>&1 || return 1
-    [[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" && -f "$("$PG_CONFIG" --sharedir)/extension/pg_claim.control" ]]
-}
 
 if [[ ${BENCH_SETUP:-} == 1 ]] || { [[ ${BENCH_BASELINE_ONLY:-0} != 1 ]] && ! ext_installed; } \
    || { [[ $(id -u) == 0 ]] && ! id "$RUN_USER" >/dev/null 2>&1; }; then
@@ -108,217 +106,17 @@ else
 fi
 
 # --------------------------------------------------------------------------- cluster
-WORK=$(mktemp -d /tmp/pg_claim_bench.XXXXXX)
-chmod 755 "$WORK"
-[[ $(id -u) == 0 ]] && chown "$RUN_USER" "$WORK"
-DATA=$WORK/data
-SOCK=$WORK/sock
-PINNER_PID=
 mkdir -p "$OUT/logs" "$OUT/series"
 rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/pinned_xmin.dat" "$OUT/pinned_xmin.png" "$OUT/summary.txt"
-
-cleanup() {
-    local rc=$?
-    set +e
-    [[ -n $PINNER_PID ]] && kill "$PINNER_PID" 2>/dev/null
-    if [[ -f $DATA/postmaster.pid ]]; then
-        "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1
-    fi
-    if [[ ${BENCH_KEEP:-0} == 1 ]]; then log "cluster kept in $WORK"; else rm -rf "$WORK"; fi
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"${AS[@]}" mkdir -p "$SOCK"
-log "initdb in $DATA"
-"${AS[@]}" "$PGBIN/initdb" -D "$DATA" -U "$DBUSER" -A trust -E UTF8 --no-locale --no-sync >"$OUT/logs/initdb.log" 2>&1 \
-    || { cat "$OUT/logs/initdb.log" >&2; die "initdb failed"; }
-
 preload=()
 [[ $WITH_EXT == 1 ]] && preload+=(pg_claim)
 [[ ${BENCH_STATS:-0} == 1 ]] && preload+=(pg_stat_statements)
 preload_csv=$(IFS=,; echo "${preload[*]:-}")
-"${AS[@]}" tee -a "$DATA/postgresql.conf" >/dev/null <<EOF
-
-# ---- pg_claim bench
-listen_addresses = ''
-port = $PORT
-unix_socket_directories = '$SOCK'
-shared_preload_libraries = '$preload_csv'
-shared_buffers = 1GB
-max_connections = $(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
-max_locks_per_transaction = 256
-synchronous_commit = on
-# Equal for both sides: no checkpoint inside a window (each run starts with an explicit CHECKPOINT).
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-logging_collector = off
-$([[ ${BENCH_STATS:-0} == 1 ]] && echo "pg_stat_statements.track = all")
-log_min_messages = warning
-EOF
-
-log "starting server (port $PORT, socket $SOCK${preload_csv:+, preload $preload_csv})"
-"${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
-    || { "${AS[@]}" cat "$WORK/server.log" >&2; die "server did not start"; }
-
-# Clients run as the invoking user and connect through the private socket.
-export PGHOST=$SOCK PGPORT=$PORT PGUSER=$DBUSER PGDATABASE=bench
-"$PGBIN/psql" -X -q -d postgres -c "CREATE DATABASE bench" >/dev/null
-
-sql()  { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
-now_s() { date +%s.%N; }
-fdiv() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.2f", a / b }'; }
-fmt()  { awk -v a="$1" 'BEGIN { if (a == "" || a == "nan") print "n/a"; else printf "%.0f", a }'; }
-
-if [[ $WITH_EXT == 1 ]]; then
-    sql -c "CREATE EXTENSION pg_claim" || die "CREATE EXTENSION pg_claim failed"
-fi
-[[ ${BENCH_STATS:-0} == 1 ]] && sql -c "CREATE EXTENSION pg_stat_statements"
-
-# --------------------------------------------------------------------------- helpers
-# Wait until no autovacuum worker is busy (at most 30 s) so one side's cleanup does not run in
-# the other's window, then checkpoint so every window starts from the same state.
-settle() {
-    local i
-    for i in $(seq 1 60); do
-        [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'") == 0 ]] && break
-        sleep 0.5
-    done
-    sql -c "CHECKPOINT"
-}
-
-# run_pgbench NAME CLIENTS DURATION SCRIPT  ->  sets TPS, ABORTED; writes logs/NAME.log and series/NAME.dat
-run_pgbench() {
-    local name=$1 clients=$2 dur=$3 script=$4 threads=$THREADS
-    (( clients < threads )) && threads=$clients
-    [[ ${BENCH_STATS:-0} == 1 ]] && sql -c "SELECT pg_stat_statements_reset()" >/dev/null
-    log "run $name: $clients clients, ${dur}s"
-    local sampler=
-    if [[ ${BENCH_STATS:-0} == 1 ]]; then
-        # Wait-event sampler: every 0.1 s, what the pgbench backends are doing (each sample is its
-        # own short transaction, so it pins no xmin).
-        printf '%s\n' "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'),
-                             left(regexp_replace(query, '\s+', ' ', 'g'), 40), count(*)
-                      FROM pg_stat_activity WHERE application_name = 'pgbench' AND state = 'active'
-                      GROUP BY 1, 2 \\watch 0.1" \
-            | "$PGBIN/psql" -X -q -At -F '|' >"$WORK/waits_$name.txt" 2>/dev/null &
-        sampler=$!
-    fi
-    "$PGBIN/pgbench" -n -M prepared -c "$clients" -j "$threads" -T "$dur" -P 1 -f "$script" \
-        >"$OUT/logs/$name.log" 2>&1 || true
-    if [[ -n $sampler ]]; then kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true; fi
-    TPS=$(awk '/^tps = / { print $3; exit }' "$OUT/logs/$name.log")
-    TPS=${TPS:-0}
-    ABORTED=0
-    if grep -qE 'aborted|Run was aborted|FATAL|ERROR' "$OUT/logs/$name.log"; then
-        ABORTED=1
-        log "WARNING: $name had errors/aborted clients:"
-        grep -E 'aborted|ERROR|FATAL' "$OUT/logs/$name.log" | head -5 >&2
-    fi
-    awk '/^progress: / { t = $2 + 0; tps = $4 + 0; printf "%d %.1f\n", t, tps }' "$OUT/logs/$name.log" \
-        >"$OUT/series/$name.dat"
-    log "  $name: $(fmt "$TPS") tps"
-    if [[ ${BENCH_STATS:-0} == 1 ]]; then
-        {
-            echo "--- pg_stat_statements for $name (top 8 by total time)"
-            echo "calls | total_ms | mean_ms | rows | buffer hits/call | WAL bytes/call | query"
-            sql -F ' | ' -c "SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
-                                    round(mean_exec_time::numeric, 3) AS mean_ms, rows,
-                                    shared_blks_hit / greatest(calls, 1), round(wal_bytes / greatest(calls, 1)),
-                                    left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-                             FROM pg_stat_statements
-                             WHERE query NOT LIKE '%pg_stat_activity%' AND query NOT LIKE '%pg_stat_statements_reset%'
-                             ORDER BY total_exec_time DESC LIMIT 8"
-            echo "--- wait events of the pgbench backends during $name (share of active samples)"
-            awk -F'|' 'NF == 3 { n[$1 "  in  " $2] += $3; t += $3 }
-                 END { for (e in n) printf "%6.1f%%  %s\n", 100 * n[e] / t, e }' "$WORK/waits_$name.txt" \
-                | sort -rn | head -10
-        } | tee -a "$OUT/logs/stats.txt" >&2
-    fi
-}
-
-# mean of the per-second series over (from, to]
-series_mean() {
-    awk -v a="$2" -v b="$3" '$1 > a && $1 <= b { s += $2; n++ } END { if (n) printf "%.1f", s / n; else print 0 }' "$1"
-}
-
-# ---------------------------------------------------------------- baseline (seed 004's SKIP LOCKED queue)
-# The table of seed 004, reduced to what the queue needs, with the same payload as the pg_claim items.
-# Indexes, as a competent user would write them for this query: the primary key on id, and a
-# partial index on id WHERE status = 'new' (only the unclaimed part of the queue is indexed, the
-# claim's ORDER BY id LIMIT 1 is an index scan of it). Index built after the bulk load.
-fill_baseline() {
-    local n=$1 t0 t1
-    t0=$(now_s)
-    sql <<EOF
-DROP TABLE IF EXISTS q;
-CREATE TABLE q (
-    id          bigserial PRIMARY KEY,
-    status      text NOT NULL DEFAULT 'new'
-                CHECK (status IN ('new', 'in-progress', 'complete', 'error')),
-    process_id  text,
-    payload     jsonb NOT NULL DEFAULT '{}',
-    created_at  timestamptz NOT NULL DEFAULT now()
-);
-INSERT INTO q (payload) SELECT jsonb_build_object('i', g) FROM generate_series(1, $n) g;
-CREATE INDEX q_new ON q (id) WHERE status = 'new';
-VACUUM ANALYZE q;
-EOF
-    t1=$(now_s)
-    FILL_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-    log "  baseline: filled $n rows in ${FILL_SECS}s (INSERT ... SELECT + index + VACUUM ANALYZE)"
-}
-baseline_left() { sql -c "SELECT count(*) FROM q WHERE status = 'new'"; }
-
-# ---------------------------------------------------------------- pg_claim queues
-# Fresh queue per run, filled with enqueue_batch in chunks of $FILL_CHUNK, then VACUUM ANALYZE.
-fill_claim() {
-    local queue=$1 n=$2 t0 t1 done_=0 c
-    t0=$(now_s)
-    sql -c "SELECT claim.drop_queue('$queue') FROM claim.queue_stats WHERE queue = '$queue'" >/dev/null 2>&1 || true
-    sql -c "SELECT claim.create_queue('$queue')" >/dev/null
-    while (( done_ < n )); do
-        c=$(( n - done_ < FILL_CHUNK ? n - done_ : FILL_CHUNK ))
-        echo "SELECT count(*) FROM claim.enqueue_batch('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g));"
-        done_=$(( done_ + c ))
-    done | sql >/dev/null
-    t1=$(now_s)
-    sql -c "VACUUM ANALYZE" >/dev/null
-    FILL_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-    FILL_RATE=$(awk -v a="$t0" -v b="$t1" -v n="$n" 'BEGIN { printf "%.0f", n / (b - a) }')
-    log "  pg_claim: enqueued $n items into '$queue' in ${FILL_SECS}s (${FILL_RATE}/s, enqueue_batch x $FILL_CHUNK) + VACUUM ANALYZE"
-}
-claim_left() { sql -c "SELECT coalesce(sum(ready), 0) FROM claim.queue_stats WHERE queue = '$1'"; }
+BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+bench_cluster "$PORT" "$([[ ${BENCH_STATS:-0} == 1 ]] && echo "pg_stat_statements.track = all")" "$preload_csv"
 
 # --------------------------------------------------------------------------- scripts
-S=$WORK/scripts
-mkdir -p "$S"
-cat >"$S/claim_one.sql" <<'EOF'
-SELECT token FROM claim.claim_next('bench') \gset
-SELECT claim.complete(:token::bigint);
-EOF
-# seed 004's claim without its "line in the sand" (`AND id > $2`, which only moves after a rollback
-# and is 0 in steady state): with it the planner prefers the primary key and walks every completed
-# row from the head of the table; without it the claim is an index scan of the partial index.
-cat >"$S/base_one.sql" <<'EOF'
-UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
- WHERE id = (SELECT id FROM q WHERE status = 'new'
-              ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
- RETURNING id \gset
-UPDATE q SET status = 'complete' WHERE id = :id;
-EOF
-cat >"$S/update_ref.sql" <<'EOF'
-\set id random(1, 100000)
-UPDATE ref SET n = n + 1 WHERE id = :id;
-EOF
-# The least a job with two round trips and one durable commit can cost: a trivial statement
-# (in place of the claim) and a one-row UPDATE (in place of the completion).
-cat >"$S/durable_job_ref.sql" <<'EOF'
-\set id random(1, 100000)
-SELECT 1 AS one \gset
-UPDATE ref SET n = n + 1 WHERE id = :id;
-EOF
+bench_scripts   # claim_one, base_one, update_ref, durable_job_ref (lib.sh)
 cat >"$S/claim_batch.sql" <<EOF
 SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
 SELECT claim.complete(:tokens::bigint[]);
@@ -339,12 +137,7 @@ cat >"$S/base_insert.sql" <<'EOF'
 INSERT INTO plain_jobs (payload) VALUES ('{"n":1}');
 EOF
 
-# Reference table for the one-row UPDATE transaction.
-sql <<'EOF'
-CREATE TABLE ref (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
-INSERT INTO ref (id) SELECT g FROM generate_series(1, 100000) g;
-VACUUM ANALYZE ref;
-EOF
+make_ref   # table ref for the one-row UPDATE transactions
 
 declare -A R   # results
 T_START=$(now_s)
@@ -373,11 +166,6 @@ one_run() {
         fi
     done
     R[${name}_invalid]=1
-}
-
-# backlog for a run that may do RATE per second for DUR seconds (at least BACKLOG)
-backlog_for() {
-    awk -v r="$1" -v d="$2" -v b="$BACKLOG" 'BEGIN { n = int(r * d * 1.5); print (n > b ? n : b) }'
 }
 
 # --------------------------------------------------------------------------- 1. claim + complete
@@ -428,6 +216,7 @@ SELECT pg_sleep($PIN_DUR + 30);
 COMMIT;
 EOF
     PINNER_PID=$!
+    BENCH_PIDS=("$PINNER_PID")
     xmin=
     for i in $(seq 1 100); do
         xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
@@ -440,6 +229,7 @@ EOF
     sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
     wait "$PINNER_PID" 2>/dev/null || true
     PINNER_PID=
+    BENCH_PIDS=()
     R[$name]=$(series_mean "$OUT/series/$name.dat" $((PIN_DUR - PIN_TAIL)) "$PIN_DUR")
     R[${name}_first]=$(series_mean "$OUT/series/$name.dat" 0 "$PIN_TAIL")
     [[ $ABORTED == 1 ]] && R[${name}_invalid]=1
@@ -448,9 +238,9 @@ EOF
 
 if want 2; then
 log "== 2. the same with a REPEATABLE READ transaction open for ${PIN_DUR}s (figure: last ${PIN_TAIL}s)"
-pinned_run base base_pinned "$S/base_one.sql" "$(backlog_for "${R[base_one]}" "$PIN_DUR")"
+pinned_run base base_pinned "$S/base_one.sql" "$(backlog_for "${R[base_one]}" "$PIN_DUR" "$BACKLOG")"
 if [[ $WITH_EXT == 1 ]]; then
-    pinned_run claim claim_pinned "$S/claim_one.sql" "$(backlog_for "${R[claim_one]}" "$PIN_DUR")"
+    pinned_run claim claim_pinned "$S/claim_one.sql" "$(backlog_for "${R[claim_one]}" "$PIN_DUR" "$BACKLOG")"
 fi
 
 # per-second data file + PNG
@@ -491,12 +281,12 @@ fi
 if want 3; then
 log "== 3. batched: claim $BATCH + complete(array), $BATCH_CLIENTS clients"
 # Size the backlog so a 4-client run cannot drain it (a drained run is refilled and repeated).
-BATCH_BACKLOG=$(backlog_for 120000 "$DUR")
+BATCH_BACKLOG=$(backlog_for 120000 "$DUR" "$BACKLOG")
 one_run base base_batch "$BATCH_CLIENTS" "$DUR" "$S/base_batch.sql" "$BATCH_BACKLOG"
 R[base_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 if [[ $WITH_EXT == 1 ]]; then
     one_run claim claim_batch "$BATCH_CLIENTS" "$DUR" "$S/claim_batch.sql" \
-        "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { r *= 2.5; print (r > 250000 ? r : 250000) }')" "$DUR")" "$BATCH"
+        "$(backlog_for "$(awk -v r="${R[base_batch]}" 'BEGIN { r *= 2.5; print (r > 250000 ? r : 250000) }')" "$DUR" "$BACKLOG")" "$BATCH"
     R[claim_batch]=$(awk -v t="$TPS" -v b="$BATCH" 'BEGIN { print t * b }')
 fi
 fi
