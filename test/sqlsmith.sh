@@ -68,7 +68,7 @@ rm -f "$OUTDIR"/crash-*.sql "$OUTDIR"/sqlsmith-*.log
 cluster_init sqlsmith <<'EOF'
 max_connections = 40
 log_min_error_statement = error
-log_error_verbosity = default
+log_error_verbosity = verbose
 # sqlsmith sets its own statement_timeout; keep waits and locks short anyway
 lock_timeout = '2s'
 restart_after_crash = on
@@ -192,16 +192,29 @@ fi
 
 echo "errors by SQLSTATE:"
 grep -oE '\] [0-9A-Z]{5} ERROR: ' "$CL_LOG" | awk '{print $2}' | sort | uniq -c | sort -rn | head -n 20
-# An internal error (XX000) is never a documented outcome of a claim function;
-# PostgreSQL's own functions raise some on random input, so only those whose
-# statement calls claim's objects count.
-internal=$(grep -A 1 -E '\] XX000 ERROR: ' "$CL_LOG" | grep -E 'STATEMENT: ' | grep -c 'claim\.')
-grep -A 1 -E '\] XX000 ERROR: ' "$CL_LOG" | grep -B 1 -E 'STATEMENT: .*claim\.' | head -n 20 >"$OUTDIR/xx000.txt"
+# An internal error (XX000) is never a documented outcome of a claim function.
+# PostgreSQL's own code raises some on sqlsmith's random expressions (also in
+# statements that read claim's tables); those are listed, not counted. One
+# counts when it was raised in pg_claim's code (LOCATION in a .cpp file: the
+# extension is the server's only C++) or inside a claim function (CONTEXT).
+awk '/\] XX000 ERROR: / { if (blk != "") print blk "\n"; blk = $0; inx = 1; next }
+     inx && /\] XX000 (DETAIL|HINT|CONTEXT|LOCATION|STATEMENT): / { blk = blk "\n" $0; next }
+     inx && /^\t/ { next }
+     { if (inx) { print blk "\n"; blk = "" } inx = 0 }
+     END { if (blk != "") print blk "\n" }' "$CL_LOG" >"$OUTDIR/xx000-all.txt"
+awk 'BEGIN { RS = "\n\n" } /LOCATION: [^\n]*\.cpp:|CONTEXT: [^\n]*claim\./' "$OUTDIR/xx000-all.txt" >"$OUTDIR/xx000.txt"
+internal=$(grep -c '\] XX000 ERROR: ' "$OUTDIR/xx000.txt")
+others=$(grep -c '\] XX000 ERROR: ' "$OUTDIR/xx000-all.txt")
+if (( others > internal )); then
+    echo "XX000 raised by PostgreSQL's own code on random expressions (not counted):"
+    grep -A 3 '\] XX000 ERROR: ' "$OUTDIR/xx000-all.txt" | grep -E 'ERROR: |LOCATION: ' | sed -E 's/^.*\] XX000 //' |
+        paste - - | sort | uniq -c | sort -rn | head -n 10
+fi
 if (( internal == 0 )); then
-    pass "no XX000 (internal error) in a statement that uses claim objects"
+    pass "no XX000 (internal error) raised in pg_claim's code or inside a claim function"
 else
-    fail "$internal XX000 errors in statements that use claim objects (see $OUTDIR/xx000.txt)"
-    head -n 10 "$OUTDIR/xx000.txt"
+    fail "$internal XX000 errors raised in pg_claim's code or inside a claim function (see $OUTDIR/xx000.txt)"
+    head -n 20 "$OUTDIR/xx000.txt"
 fi
 
 echo "calls of claim functions during the run (pg_stat_user_functions):"
