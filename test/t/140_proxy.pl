@@ -75,6 +75,29 @@ $front->safe_psql('postgres', qq{
 sub f { return $front->safe_psql('postgres', $_[0]); }
 sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 
+# ------------------------------------------------------- the same API
+# Every function and view of pg_claim (but its internal helpers and the
+# trigger function, which runs where its table is) is at the front with the
+# same arguments, defaults and result.
+{
+	my $api = q{
+		SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+			SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '
+			       || pg_get_function_result(p.oid) AS x
+			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
+			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters')
+			UNION ALL
+			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
+			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+			WHERE c.relnamespace = 'claim'::regnamespace AND c.relkind = 'v'
+			GROUP BY c.relname) s};
+	my %front_api = map { $_ => 1 } split /\n/, $front->safe_psql('postgres', $api);
+	my @part_api = split /\n/, on(0, $api);
+	cmp_ok(scalar(@part_api), '>', 35, 'pg_claim\'s API as listed on a partition');
+	my @missing = grep { !$front_api{$_} } @part_api;
+	is(join("\n", @missing), '', 'the front has every function and view of pg_claim, alike');
+}
+
 # ------------------------------------------------------------------- routing
 for my $key ('', 'a', 'foobar', 'q7', "k\xc3\xb6ln-\xc3\xbc")
 {
