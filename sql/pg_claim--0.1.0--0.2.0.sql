@@ -643,3 +643,37 @@ BEGIN
     RETURN purged;
 END
 $$;
+
+-- Hot standbys, continued: claim.leases hides released holders, and which
+-- were released is in claim.lease_released (unlogged). The view reads it
+-- through claim._lease_releases, which raises 55000 on a standby when given
+-- the name of the view that asks (no rows when given NULL). SECURITY
+-- DEFINER, so that a role that may read claim.leases needs no right on
+-- claim.lease_released; it shows released tokens only, which are stale.
+CREATE FUNCTION claim._lease_releases(view text DEFAULT NULL)
+RETURNS TABLE (name text, slot integer, token bigint)
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        IF view IS NULL THEN
+            RETURN;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('lease releases are not replicated: %s cannot be shown on a hot standby', view),
+            HINT = 'Read it on the primary; claim.lease_holders can be read here, released holders included.';
+    END IF;
+    RETURN QUERY SELECT r.name, r.slot, r.token FROM claim.lease_released r;
+END
+$$;
+GRANT EXECUTE ON FUNCTION claim._lease_releases(text) TO claim_admin;
+
+CREATE OR REPLACE VIEW claim.leases AS
+SELECT h.name, h.token, h.holder, h.acquired_at, h.expires_at, h.permits
+FROM claim.lease_holders h
+WHERE h.expires_at > pg_catalog.clock_timestamp()
+  AND NOT EXISTS (SELECT 1 FROM claim._lease_releases('claim.leases') r
+                  WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token);
+COMMENT ON VIEW claim.leases IS
+    'Live lease holders. Not on a hot standby (55000): releases are not replicated (read it on the primary).';

@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "access/htup_details.h"
+#include "access/xlog.h"
 }
 
 using namespace pgclaim;
@@ -67,6 +68,13 @@ PGCLAIM_FUNCTION(pgclaim_item_state) {
     pg::require_arg(fcinfo, 0, "queue");
     pg::require_arg(fcinfo, 1, "id");
     pg::require_arg(fcinfo, 2, "wait");
+    // Whether a ready item is claimed is in claim.claims, which a hot standby
+    // does not have (docs/standby.md).
+    if (RecoveryInProgress())
+        pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                   "Call it on the primary; claim.items and claim.finished_items can be read here."},
+                  "claims are not replicated: claim.item_state cannot tell ready from claimed on a "
+                  "hot standby");
     char *name = pg::arg_cstring(fcinfo, 0);
     int64 id = PG_GETARG_INT64(1);
     int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(2), "wait");

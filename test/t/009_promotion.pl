@@ -159,7 +159,7 @@ my %writes = (
 # Functions that only read (they work on a standby), and the trigger
 # function (its table's INSERT is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition cron_next
-  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times);
+  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -176,9 +176,34 @@ for my $fn (sort keys %writes)
 }
 
 # What only reads works, claims excepted.
+for my $read (
+	q{SELECT count(*) FROM claim.items},
+	q{SELECT count(*) FROM claim.dead_items},
+	q{SELECT count(*) FROM claim.finished_items},
+	q{SELECT count(*) FROM claim.lease_holders},
+	q{SELECT count(*) FROM claim.schedules},
+	q{SELECT claim.guard_result('G')},
+	"SELECT claim.token_partition($tok)",
+	q{SELECT claim.cron_next('* * * * *', now())},
+	q{SELECT count(*) FROM claim.worker_status()})
 {
-	my ($out, $err) = on_standby("SELECT (claim.item_state('p', 1)).state IS NOT DISTINCT FROM NULL OR true");
-	is($err, '', 'item_state reads on the standby') or diag($err);
+	my ($out, $err) = on_standby($read);
+	is($err, '', "on the standby: $read") or diag($err);
+}
+
+# What needs claims (or lease releases) says so: 55000 naming the primary.
+my $s_id = (split /,/, $s_ids)[0];
+for my $read (
+	[ 'claimed_items',  q{SELECT * FROM claim.claimed_items}, qr/claims are not replicated/ ],
+	[ 'blocked_groups', q{SELECT * FROM claim.blocked_groups}, qr/claims are not replicated/ ],
+	[ 'item_state',     "SELECT * FROM claim.item_state('s', $s_id)", qr/claims are not replicated/ ],
+	[ 'leases',         q{SELECT * FROM claim.leases}, qr/lease releases are not replicated/ ])
+{
+	my ($name, $sql, $why) = @$read;
+	my ($out, $err) = on_standby($sql);
+	is(sqlstate($err), '55000', "$name on the standby: 55000") or diag($err);
+	like($err, $why, "$name on the standby: says why");
+	like($err, qr/^HINT:\s+.*primary/m, "$name on the standby: the hint names the primary");
 }
 
 # queue_stats: the counts that need claims are NULL (unknown), the rest are read.
@@ -192,17 +217,6 @@ for my $fn (sort keys %writes)
 	like($out, qr/^[1-9]/, 'metrics() on the standby: ready and in_flight unknown');
 	($out, $err) = on_standby(q{SELECT obj_description('claim.queue_stats'::regclass, 'pg_class')});
 	like($out, qr/standby/, 'queue_stats says so in its comment');
-}
-for my $view (qw(claimed_items blocked_groups))
-{
-	my ($out, $err) = on_standby("SELECT * FROM claim.$view");
-	is(sqlstate($err), '55000', "$view on the standby: 55000");
-	like($err, qr/claims are not replicated/, "$view on the standby: says why");
-	like($err, qr/^HINT:\s+.*primary/m, "$view on the standby: the hint names the primary");
-}
-{
-	my ($out, $err) = on_standby(q{SELECT count(*) FROM claim.dead_items});
-	is($err, '', 'dead_items reads on the standby');
 }
 
 # ---------------------------------------------------------------------------
@@ -299,6 +313,10 @@ is($standby->safe_psql('postgres',
 	't', 'queue_stats counts claims again on the new primary');
 is($standby->safe_psql('postgres', q{SELECT count(*) FROM claim.claimed_items WHERE queue = 's'}),
 	'3', 'claimed_items reads on the new primary');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM claim.leases WHERE name = 'L'}),
+	'1', 'leases reads on the new primary (the lease of the old primary is held until it expires)');
+is($standby->safe_psql('postgres', "SELECT state FROM claim.item_state('s', $s_id)"),
+	'claimed', 'item_state reads on the new primary');
 
 $standby->stop;
 done_testing();
