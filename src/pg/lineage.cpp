@@ -176,6 +176,7 @@ uint64 release_children(const int64 *parents, int n, TimestampTz now) {
 }
 
 int64 end_descendants(const int64 *parents, int n, char how, TimestampTz now) {
+    if (!lifecycle_catalog()) return 0;  // a 0.1.0 catalog has no dependencies
     Datum v[3] = {int8_array(parents, n), (Datum)0, (Datum)0};
     uint64 nd = run(s_descendants, v, nullptr);
     if (nd == 0) {
