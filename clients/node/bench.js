@@ -8,8 +8,8 @@
 //
 // (PGCLAIM_TEST_DSN is used when PGCLAIM_BENCH_DSN is not set.) Each round
 // runs its windows in mirrored order (hand-written, Worker, Worker,
-// hand-written; on a server with claim_next(done), also the Worker with the
-// other `piggyback` choice), each on a fresh queue filled beforehand (the
+// hand-written; on a server with claim_next(done), also the Worker with
+// `piggyback: true`), each on a fresh queue filled beforehand (the
 // filling is not timed), so a drift of the machine weighs on every side
 // alike. Prints every window, the means and the ratios to the hand-written
 // loop.
@@ -88,17 +88,17 @@ async function main() {
   const admin = new Client({ connectionString: DSN });
   const { detectFeatures } = require('./lib/util');
   const f = await detectFeatures(admin.pool);
-  const defaultCarries = f.done && f.commitsWithoutFlush;
+  const { rows: [settings] } = await admin.pool.query(
+    "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS sc");
   console.log(`pg-claim bench: ${JOBS} jobs per window, ${CONCURRENCY} concurrent, ${ROUNDS} round(s); ` +
-    `server: claim_next(done) ${f.done ? 'yes' : 'no'}, commits ${f.commitsWithoutFlush ? 'without' : 'with'} ` +
-    `a WAL flush; the Worker's claims ${defaultCarries ? 'carry' : 'do not carry'} completions by default`);
-  // With claim_next(done), the other choice is measured too.
+    `server: claim_next(done) ${f.done ? 'yes' : 'no'}, fsync ${settings.fsync}, synchronous_commit ${settings.sc}`);
+  // With claim_next(done), the Worker whose claims carry completions is measured too.
   const kinds = ['hand-written', 'Worker'];
-  if (f.done) kinds.push('Worker, other');
+  if (f.done) kinds.push('Worker, done');
   const label = {
     'hand-written': 'hand-written loop (claim_next + complete, 8 loops)',
-    Worker: `Worker (no-op handler, concurrency 8${f.done ? (defaultCarries ? ', claims carry completions' : ', completions apart') : ''})`,
-    'Worker, other': `Worker (piggyback: ${!defaultCarries}, claims ${defaultCarries ? 'do not carry' : 'carry'} completions)`,
+    Worker: 'Worker (no-op handler, concurrency 8)',
+    'Worker, done': 'Worker (the same, piggyback: true: claim_next(done => ...))',
   };
   const rates = Object.fromEntries(kinds.map((k) => [k, []]));
   let seq = 0;
@@ -108,8 +108,7 @@ async function main() {
     await admin.pool.query('CHECKPOINT').catch(() => {});
     let rate;
     if (kind === 'hand-written') rate = await handWritten(name);
-    else if (kind === 'Worker') rate = await withWorker(name, 'auto');
-    else rate = await withWorker(name, !defaultCarries);
+    else rate = await withWorker(name, kind === 'Worker, done');
     await admin.dropQueue(name);
     rates[kind].push(rate);
     console.log(`  ${kind.padEnd(14)} ${rate.toFixed(0).padStart(7)} jobs/s`);

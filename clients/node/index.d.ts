@@ -72,11 +72,10 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   /** Extend live leases at about a third of their length (default true). */
   heartbeat?: boolean;
   /**
-   * Complete finished items on the next claim (claim_next(done => ...), servers
-   * that have it): true, false, or 'auto' (default: only where the server's
-   * commits do not wait for a WAL flush, i.e. synchronous_commit or fsync off).
+   * Complete finished items on the next claim (claim_next(done => ...), on
+   * servers that have it) instead of on a connection of their own (default false).
    */
-  piggyback?: boolean | 'auto';
+  piggyback?: boolean;
   /** Claim loops, each on its own connection, each claiming up to concurrency/lanes items (default 1). */
   lanes?: number;
   /** Worker name recorded with each claim (default node:<host>:<pid>). */

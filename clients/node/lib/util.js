@@ -81,9 +81,7 @@ SELECT
   EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
           WHERE n.nspname = 'claim' AND p.proname = 'cancel') AS cancel,
   EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-          WHERE n.nspname = 'claim' AND p.proname = 'item_state') AS item_state,
-  pg_catalog.current_setting('synchronous_commit') = 'off' OR pg_catalog.current_setting('fsync') = 'off'
-    AS commits_without_flush`;
+          WHERE n.nspname = 'claim' AND p.proname = 'item_state') AS item_state`;
 
 /** What the server's pg_claim offers beyond 0.1.0. */
 async function detectFeatures(queryable) {
@@ -94,7 +92,6 @@ async function detectFeatures(queryable) {
     result: r.result,
     cancel: r.cancel,
     itemState: r.item_state,
-    commitsWithoutFlush: r.commits_without_flush,
   };
 }
 
