@@ -25,7 +25,8 @@
 # WINDOWS (2: windows run A B B A, each side's figure the mean; 1: A B), BENCH_PIN_DURATION
 # (60; QUICK: 20), BENCH_PIN_TAIL (15; QUICK: 5), BENCH_BACKLOG (200000: the least number of
 # ready items a window starts with), BENCH_WAKE_SAMPLES (500), BENCH_ONLY ("1 2 3 4"; 3 implies 2),
-# BENCH_WAITS=1 (sample the backends' wait events into logs/waits.txt), BENCH_KEEP=1,
+# BENCH_WAITS=1 (sample the backends' wait events into logs/waits.txt), BENCH_STATS=1 (preload
+# pg_stat_statements; each window's top statements into logs/stats.txt), BENCH_KEEP=1,
 # BENCH_OUT (test/bench/out/lifecycle). Outputs: summary.txt, logs/, series/.
 set -Eeuo pipefail
 
@@ -53,7 +54,12 @@ want() { [[ $ONLY == *" $1 "* ]]; }
 ext_installed || die "pg_claim is not installed"
 mkdir -p "$OUT/logs" "$OUT/series"
 rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-bench_cluster "$(free_port)" "max_connections = $(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))"
+BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+if [[ ${BENCH_STATS:-0} == 1 ]]; then
+    bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
+else
+    bench_cluster "$(free_port)"
+fi
 bench_scripts
 make_ref
 sql -c "SELECT 'done' FROM pg_proc WHERE proname = 'claim_next' AND 'done' = ANY(proargnames)" | grep -q done \

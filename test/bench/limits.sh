@@ -15,7 +15,8 @@
 # Environment: CLIENTS (16), THREADS (2), BENCH_DURATION (15; QUICK: 5) seconds per window,
 # WINDOWS (2: A B B A, each side's figure the mean; 1: A B), BENCH_BACKLOG (300000: the least
 # number of ready items a window starts with), BENCH_GROUPS (10000), BENCH_ONLY ("1 2"),
-# BENCH_WAITS=1 (sample the backends' wait events into logs/waits.txt), BENCH_KEEP=1,
+# BENCH_WAITS=1 (sample the backends' wait events into logs/waits.txt), BENCH_STATS=1 (preload
+# pg_stat_statements; each window's top statements into logs/stats.txt), BENCH_KEEP=1,
 # BENCH_OUT (test/bench/out/limits). Outputs: summary.txt, logs/, series/.
 set -Eeuo pipefail
 
@@ -38,7 +39,12 @@ want() { [[ $ONLY == *" $1 "* ]]; }
 ext_installed || die "pg_claim is not installed"
 mkdir -p "$OUT/logs" "$OUT/series"
 rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-bench_cluster "$(free_port)" "max_connections = $(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))"
+BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+if [[ ${BENCH_STATS:-0} == 1 ]]; then
+    bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
+else
+    bench_cluster "$(free_port)"
+fi
 bench_scripts
 sql -c "SELECT 'ok' FROM pg_proc WHERE proname = 'create_queue' AND 'group_limit' = ANY(proargnames)" | grep -q ok \
     || die "the installed pg_claim has no create_queue(max_active, group_limit): flow control not installed yet?"
