@@ -552,8 +552,9 @@ END
 $$;
 GRANT EXECUTE ON FUNCTION claim._claim_times(text), claim._claim_rows(text) TO claim_admin;
 
--- The same columns as before; the views keep their grants.
-CREATE OR REPLACE VIEW claim.queue_stats AS
+-- The same columns as before, and the same grants.
+DROP VIEW claim.queue_stats;
+CREATE VIEW claim.queue_stats AS
 SELECT q.name AS queue,
        CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN
        count(*) FILTER (WHERE i.state = 'r' AND i.run_at IS NULL
@@ -575,8 +576,11 @@ LEFT JOIN claim._claim_times() c ON c.item_id = i.id
 GROUP BY q.queue_id, q.name, q.paused;
 COMMENT ON VIEW claim.queue_stats IS
     'Items per queue. On a hot standby ready, claimed and oldest_ready_age are NULL: claims are not replicated (read them on the primary).';
+GRANT SELECT ON claim.queue_stats TO claim_producer, claim_worker, pg_monitor;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.queue_stats TO claim_admin;
 
-CREATE OR REPLACE VIEW claim.claimed_items AS
+DROP VIEW claim.claimed_items;
+CREATE VIEW claim.claimed_items AS
 SELECT q.name AS queue, c.item_id AS id, c.token, c.attempt, c.worker,
        c.claimed_at, c.lease_until,
        c.lease_until > pg_catalog.clock_timestamp() AS live
@@ -584,8 +588,11 @@ FROM claim._claim_rows('claim.claimed_items') c
 JOIN claim.queues q ON q.queue_id = c.queue_id;
 COMMENT ON VIEW claim.claimed_items IS
     'Live and expired claims. Not on a hot standby (55000): claims are not replicated (read them on the primary).';
+GRANT SELECT ON claim.claimed_items TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.claimed_items TO claim_admin;
 
-CREATE OR REPLACE VIEW claim.blocked_groups AS
+DROP VIEW claim.blocked_groups;
+CREATE VIEW claim.blocked_groups AS
 SELECT q.name AS queue,
        h.group_key,
        h.id AS head_id,
@@ -609,10 +616,13 @@ WHERE (h.run_at IS NOT NULL AND h.run_at > pg_catalog.clock_timestamp())
        AND c.claimed_at <= pg_catalog.clock_timestamp() - q.lease);
 COMMENT ON VIEW claim.blocked_groups IS
     'Groups held back by their head item. Not on a hot standby (55000): whether a head is claimed is not replicated (read it on the primary).';
+GRANT SELECT ON claim.blocked_groups TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.blocked_groups TO claim_admin;
 
 -- lease_purge reads claim.lease_released (unlogged): on a standby it refuses
 -- as every function that writes does (25006), before any query names it.
-CREATE OR REPLACE FUNCTION claim.lease_purge(older_than interval DEFAULT '1 hour')
+DROP FUNCTION claim.lease_purge(interval);
+CREATE FUNCTION claim.lease_purge(older_than interval DEFAULT '1 hour')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -643,6 +653,8 @@ BEGIN
     RETURN purged;
 END
 $$;
+REVOKE EXECUTE ON FUNCTION claim.lease_purge(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.lease_purge(interval) TO claim_admin;
 
 -- Hot standbys, continued: claim.leases hides released holders, and which
 -- were released is in claim.lease_released (unlogged). The view reads it
@@ -669,7 +681,8 @@ END
 $$;
 GRANT EXECUTE ON FUNCTION claim._lease_releases(text) TO claim_admin;
 
-CREATE OR REPLACE VIEW claim.leases AS
+DROP VIEW claim.leases;
+CREATE VIEW claim.leases AS
 SELECT h.name, h.token, h.holder, h.acquired_at, h.expires_at, h.permits
 FROM claim.lease_holders h
 WHERE h.expires_at > pg_catalog.clock_timestamp()
@@ -677,3 +690,5 @@ WHERE h.expires_at > pg_catalog.clock_timestamp()
                   WHERE r.name = h.name AND r.slot = h.slot AND r.token = h.token);
 COMMENT ON VIEW claim.leases IS
     'Live lease holders. Not on a hot standby (55000): releases are not replicated (read it on the primary).';
+GRANT SELECT ON claim.leases TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.leases TO claim_admin;

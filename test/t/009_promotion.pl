@@ -3,9 +3,10 @@
 # replayed on the standby. Producers enqueue and workers claim, check their
 # token (assert_token), record the effect and complete, all the time:
 #   - on the hot standby, every function that writes refuses with SQLSTATE
-#     25006 and a hint; the views that read claims say what they cannot
-#     show (queue_stats: NULL for what needs claims; claimed_items and
-#     blocked_groups: SQLSTATE 55000 naming the primary);
+#     25006 and a hint; what reads claims says what it cannot show
+#     (queue_stats and metrics(): NULL for what needs claims; claimed_items,
+#     blocked_groups, leases and item_state: SQLSTATE 55000 naming the
+#     primary); everything else reads;
 #   - the primary is stopped (immediate) in the middle of the load and the
 #     standby is promoted; on the new primary every item whose enqueue was
 #     acknowledged is there, and after draining every enqueued item has
