@@ -423,3 +423,33 @@ for (const piggyback of [false, true]) {
     await client.dropQueue(queue);
   });
 }
+
+test('two claim loops (lanes: 2) share the slots: every item once', { timeout: 30000 }, async () => {
+  const N = 1000;
+  const queue = await newQueue('node_lanes');
+  await client.enqueueBatch(queue, Array.from({ length: N }, (_, i) => ({ i })));
+  const seen = new Map();
+  let maxRunning = 0;
+  let running = 0;
+  const worker = new Worker({
+    connectionString: DSN, queue, concurrency: 8, lanes: 2, wait: 200, logger: quiet,
+    handler: async (job) => {
+      running += 1;
+      maxRunning = Math.max(maxRunning, running);
+      seen.set(job.id, (seen.get(job.id) || 0) + 1);
+      await sleep(job.payload.i % 3);
+      running -= 1;
+    },
+  });
+  const run = worker.run();
+  await waitFor(() => worker.stats.completed === N, { what: 'all completions' });
+  await worker.stop();
+  await run;
+  assert.equal(seen.size, N);
+  assert.ok([...seen.values()].every((n) => n === 1));
+  assert.ok(maxRunning <= 8, `at most 8 handlers at once (saw ${maxRunning})`);
+  assert.equal(worker.stats.stale, 0);
+  const [s] = await client.stats(queue);
+  assert.equal(s.ready + s.claimed + s.dead, 0);
+  await client.dropQueue(queue);
+});
