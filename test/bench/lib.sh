@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared bash for the pg_claim benches (sourced, not run).
 #
 #   source "$HERE/lib.sh"
@@ -49,8 +50,8 @@ ext_installed() {
 
 # A port in 20000-40000 that nothing listens on (TCP or a unix socket in /tmp).
 free_port() {
-    local p i
-    for i in $(seq 1 50); do
+    local p _
+    for _ in $(seq 1 50); do
         p=$(( 20000 + RANDOM % 20000 ))
         ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && continue
         ls /tmp/.s.PGSQL."$p" >/dev/null 2>&1 && continue
@@ -125,8 +126,8 @@ sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 # Wait until no autovacuum worker is busy (at most 30 s) so one side's cleanup does not run in
 # the other's window, then checkpoint so every window starts from the same state.
 settle() {
-    local i
-    for i in $(seq 1 60); do
+    local _
+    for _ in $(seq 1 60); do
         [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'") == 0 ]] && break
         sleep 0.5
     done
@@ -311,7 +312,7 @@ backlog_for() {
 # errors (for example a drained backlog), and appends "X tps" to W_LOG[A] in run order.
 declare -A R W_LOG
 ab_windows() {
-    local a=$1 fa=$2 sa=$3 b=$4 fb=$5 sb=$6 side key fill script k
+    local a=$1 fa=$2 sa=$3 b=$4 fb=$5 sb=$6 side fill script k
     shift 6
     local -A sum=() n=()
     local order=("$a" "$b" "$b" "$a")

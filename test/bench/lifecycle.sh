@@ -32,7 +32,7 @@ set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
 bench_init lifecycle-bench
 
@@ -54,7 +54,7 @@ want() { [[ $ONLY == *" $1 "* ]]; }
 ext_installed || die "pg_claim is not installed"
 mkdir -p "$OUT/logs" "$OUT/series"
 rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+export BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
 if [[ ${BENCH_STATS:-0} == 1 ]]; then
     bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
 else
@@ -62,7 +62,7 @@ else
 fi
 bench_scripts
 make_ref
-sql -c "SELECT 'done' FROM pg_proc WHERE proname = 'claim_next' AND 'done' = ANY(proargnames)" | grep -q done \
+sql -c "SELECT 'done' FROM pg_proc WHERE proname = 'claim_next' AND 'done' = ANY(proargnames)" | grep -q 'done' \
     || die "the installed pg_claim has no claim_next(done): not 0.2.0 yet?"
 
 # The one-statement loop: each call completes the previous call's token. The first call of a
@@ -103,7 +103,7 @@ fi
 # --------------------------------------------------------------------------- 3. pinned xmin
 PINNER=
 pin_start() {
-    local i xmin=
+    local _ xmin=
     PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$OUT/logs/pinner.log" 2>&1 <<EOF &
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT count(*) FROM ref;
@@ -112,7 +112,7 @@ COMMIT;
 EOF
     PINNER=$!
     BENCH_PIDS=("$PINNER")
-    for i in $(seq 1 100); do
+    for _ in $(seq 1 100); do
         xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
         [[ -n $xmin ]] && break
         sleep 0.1

@@ -22,7 +22,7 @@ set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
 bench_init limits-bench
 
@@ -39,7 +39,7 @@ want() { [[ $ONLY == *" $1 "* ]]; }
 ext_installed || die "pg_claim is not installed"
 mkdir -p "$OUT/logs" "$OUT/series"
 rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+export BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
 if [[ ${BENCH_STATS:-0} == 1 ]]; then
     bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
 else

@@ -66,7 +66,7 @@ ONLY=" ${BENCH_ONLY:-1 2 3 4} "
 [[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
 want() { [[ $ONLY == *" $1 "* ]]; }
 
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"   # log, die, cluster, sql, settle, run_pgbench, fills, shared scripts
 BENCH_NAME=bench
 
