@@ -115,18 +115,21 @@ SQL
 DEAD_ID="$(psql_run -Atc "SELECT min(id) FROM claim.dead_items WHERE queue = 'emails'")"
 
 # --- 3. dashboards ------------------------------------------------------------------
-start_dashboard() {  # start_dashboard ROLE LOG: prints the URL
+start_dashboard() {  # start_dashboard ROLE LOG: sets URL (runs in this shell, so PIDS keeps the pid)
     (cd "$ROOT/ops/dashboard" && exec "$PY" -m pg_claim_dashboard \
         --dsn "host=$SCRATCH port=$PGPORT dbname=ops user=$1" --port 0 --sample 1 >"$2" 2>&1) &
     PIDS+=($!)
+    URL=""
     for _ in $(seq 100); do
-        grep -o 'http://[^ ]*' "$2" 2>/dev/null && return 0
+        URL="$(grep -o 'http://[^ ]*' "$2" 2>/dev/null)" && [[ -n "$URL" ]] && return 0
         sleep 0.1
     done
     return 1
 }
-ADMIN_URL="$(start_dashboard dash_admin "$SCRATCH/dash-admin.log")" || { cat "$SCRATCH/dash-admin.log"; fail_setup "the dashboard did not start"; }
-RO_URL="$(start_dashboard dash_viewer "$SCRATCH/dash-viewer.log")" || { cat "$SCRATCH/dash-viewer.log"; fail_setup "the read-only dashboard did not start"; }
+start_dashboard dash_admin "$SCRATCH/dash-admin.log" || { cat "$SCRATCH/dash-admin.log"; fail_setup "the dashboard did not start"; }
+ADMIN_URL="$URL"
+start_dashboard dash_viewer "$SCRATCH/dash-viewer.log" || { cat "$SCRATCH/dash-viewer.log"; fail_setup "the read-only dashboard did not start"; }
+RO_URL="$URL"
 say "dashboards: $ADMIN_URL (claim_admin), $RO_URL (read only)"
 check "the dashboard answers /healthz" ok "$(curl -s "${ADMIN_URL}healthz" 2>/dev/null | tr -d '\n' || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' "${ADMIN_URL}healthz")"
 
