@@ -5,8 +5,9 @@ minimal hand-written loop with the same driver and the same 8 threads
 
     PGCLAIM_TEST_DSN=postgresql://user@host:port/db /usr/bin/python3 clients/python/bench.py
 
-Each window drains a fresh queue of --jobs items; windows run in the order
-loop, worker, worker, loop (--rounds times) so a drift of the machine weighs
+With --done-loop, a hand-written one-round-trip loop (claim_next(done =>
+...)) runs too. Each window drains a fresh queue of --jobs items; windows run
+in the order loop, worker, worker, loop (--rounds times) so a drift of the machine weighs
 on both sides alike; the figures are the means of each side's windows.
 Connection set-up is inside each window on both sides.
 """
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,6 +68,33 @@ def hand_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
     return sum(counts)
 
 
+def done_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
+    """The hand-written one-round-trip loop: each claim completes the
+    previous job (claim_next(done => ...)), as the worker does."""
+    counts: List[int] = [0] * threads
+
+    def run(i: int) -> None:
+        with psycopg.connect(dsn, autocommit=True,
+                             prepare_threshold=5 if prepare else None) as conn:
+            n = 0
+            done: Optional[List[int]] = None
+            while True:
+                row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s, "
+                                   "done => %s::bigint[])", (queue, done)).fetchone()
+                if row is None:
+                    break
+                done = [row[1]]
+                n += 1
+            counts[i] = n
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(counts)
+
+
 def worker_run(dsn: str, queue: str, threads: int, prepare: bool) -> int:
     def noop(job: pg_claim.Job) -> None:
         return None
@@ -82,7 +110,8 @@ def window(kind: str, dsn: str, jobs: int, threads: int, prepare: bool) -> Tuple
     fill(dsn, queue, jobs)
     c0 = time.process_time()
     t0 = time.perf_counter()
-    done = (hand_loop if kind == "loop" else worker_run)(dsn, queue, threads, prepare)
+    run = {"loop": hand_loop, "done": done_loop, "worker": worker_run}[kind]
+    done = run(dsn, queue, threads, prepare)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
     drop(dsn, queue)
@@ -96,6 +125,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--done-loop", action="store_true",
+                    help="also run a hand-written one-round-trip loop (claim_next(done => ...))")
     ap.add_argument("--prepare", action="store_true",
                     help="let psycopg prepare statements (both sides); not behind PgBouncer < 1.21")
     args = ap.parse_args()
@@ -105,10 +136,15 @@ def main() -> int:
         feats = c.features
     print(f"jobs per window {args.jobs}, {args.threads} threads, prepare={args.prepare}, "
           f"one-round-trip loop (claim_next done =>): {'yes' if feats.claim_done else 'no (server lacks it)'}")
-    res: Dict[str, List[float]] = {"loop": [], "worker": []}
-    cpu: Dict[str, List[float]] = {"loop": [], "worker": []}
+    order: Tuple[str, ...] = ("loop", "worker", "worker", "loop")
+    if args.done_loop:
+        if not feats.claim_done:
+            ap.error("--done-loop: the server's claim_next has no done argument")
+        order = ("loop", "done", "worker", "worker", "done", "loop")
+    res: Dict[str, List[float]] = {k: [] for k in order}
+    cpu: Dict[str, List[float]] = {k: [] for k in order}
     for _ in range(args.rounds):
-        for kind in ("loop", "worker", "worker", "loop"):
+        for kind in order:
             rate, us = window(kind, args.dsn, args.jobs, args.threads, args.prepare)
             res[kind].append(rate)
             cpu[kind].append(us)
@@ -118,6 +154,11 @@ def main() -> int:
     print(f"hand-written loop: {loop:.0f} jobs/s, {statistics.mean(cpu['loop']):.1f} us client CPU/job")
     print(f"pg_claim.Worker:   {work:.0f} jobs/s, {statistics.mean(cpu['worker']):.1f} us client CPU/job")
     print(f"ratio: {work / loop:.2f}x")
+    if args.done_loop:
+        one = statistics.mean(res["done"])
+        print(f"hand-written one-round-trip loop: {one:.0f} jobs/s, "
+              f"{statistics.mean(cpu['done']):.1f} us client CPU/job")
+        print(f"ratio to it: {work / one:.2f}x")
     return 0
 
 
