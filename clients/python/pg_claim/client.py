@@ -37,10 +37,13 @@ class QueueStats:
     claimed: int
     dead: int
     oldest_ready_age: Optional[_dt.timedelta]
+    waiting: Optional[int]          # items waiting for others (None: server without `after`)
+    paused: Optional[bool]          # None: server without pause
     extra: Dict[str, Any]
 
 
-_STATS_FIELDS = ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age")
+_STATS_FIELDS = ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age",
+                 "waiting", "paused")
 
 Target = Union[str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
 
@@ -185,8 +188,18 @@ class Client:
             out.append(QueueStats(queue=rec["queue"], ready=int(rec["ready"] or 0),
                                   scheduled=int(rec["scheduled"] or 0),
                                   claimed=int(rec["claimed"] or 0), dead=int(rec["dead"] or 0),
-                                  oldest_ready_age=rec.get("oldest_ready_age"), extra=extra))
+                                  oldest_ready_age=rec.get("oldest_ready_age"),
+                                  waiting=None if rec.get("waiting") is None else int(rec["waiting"]),
+                                  paused=rec.get("paused"), extra=extra))
         return out
+
+    def metrics(self) -> List[Dict[str, Any]]:
+        """Rows of ``claim.metrics()`` (per-queue counters since server start
+        and gauges), as dicts keyed by column name."""
+        self.features.require("metrics")
+        cur = self._exec("SELECT * FROM claim.metrics()")
+        names = [d.name for d in (cur.description or [])]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
 
     # -- administration ------------------------------------------------------
     def create_queue(self, queue: str, *, lease: Optional[Interval] = None,

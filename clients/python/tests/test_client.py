@@ -192,3 +192,13 @@ def test_after_pause_resume(dsn: str, client: pg_claim.Client, queue: str,
     client.resume(queue)
     pg_claim.Worker(dsn, queue, lambda job: order.append(job.id), wait=0.5, burst=True).run()
     assert order == [first, second, third]             # each after the one it waits for
+
+
+def test_metrics(client: pg_claim.Client, queue: str, features: pg_claim.Features) -> None:
+    if not features.has("metrics"):
+        with pytest.raises(pg_claim.NotSupported):
+            client.metrics()
+        return
+    client.enqueue(queue, {})
+    rows = [r for r in client.metrics() if r.get("queue") == queue]
+    assert len(rows) == 1
