@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Dict, List
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 import pytest
 
 import pg_claim
@@ -406,3 +407,39 @@ def test_stop_not_blocked_by_long_transactional_statement(dsn: str,
     assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
     rows = conn.execute("SELECT id FROM claim.claim_next(%s)", (queue,)).fetchall()
     assert rows == [(item,)]
+
+
+def test_roles_worker_and_producer(dsn: str, conn: "psycopg.Connection[Any]", queue: str) -> None:
+    """A role granted claim_worker runs a worker and one granted
+    claim_producer enqueues, with no other grant; a role with neither gets
+    PermissionDenied from the worker."""
+    have = {r[0] for r in conn.execute(
+        "SELECT rolname FROM pg_roles WHERE rolname IN ('claim_worker', 'claim_producer')")}
+    if have != {"claim_worker", "claim_producer"}:
+        pytest.skip("server has no claim_worker / claim_producer roles")
+    suffix = uuid.uuid4().hex[:6]
+    roles = {k: f"pgc_{k}_{suffix}" for k in ("worker", "producer", "nobody")}
+    for kind, role in roles.items():
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        if kind != "nobody":
+            conn.execute(f"GRANT claim_{kind} TO {role}")
+    try:
+        def dsn_as(role: str) -> str:
+            return make_conninfo(dsn, user=role)
+
+        try:
+            psycopg.connect(dsn_as(roles["worker"])).close()
+        except psycopg.OperationalError as exc:
+            pytest.skip(f"cannot log in as a new role through this DSN ({exc})")
+        with pg_claim.Client(dsn_as(roles["producer"])) as producer:
+            ids = producer.enqueue_batch(queue, [{"n": i} for i in range(20)])
+            producer.enqueue(queue, {"n": 20})
+        seen: List[int] = []
+        stats = pg_claim.Worker(dsn_as(roles["worker"]), queue, lambda job: seen.append(job.id),
+                                concurrency=2, lease=2, wait=0.2, burst=True).run()
+        assert stats.completed == 21 and set(ids) <= set(seen)
+        with pytest.raises(pg_claim.PermissionDenied):
+            pg_claim.Worker(dsn_as(roles["nobody"]), queue, lambda job: None, wait=0.2).run()
+    finally:
+        for role in roles.values():
+            conn.execute(f"DROP ROLE {role}")
