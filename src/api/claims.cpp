@@ -22,6 +22,7 @@
 #include "pg/direct.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/claim_slots.hpp"
 #include "shmem/rates.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
@@ -136,24 +137,61 @@ int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
 // being woken by the completions that free a slot.
 constexpr int64 kLimitRecheckUs = USECS_PER_SEC;
 
+// What the limits of a queue let one round claim, and what that took.
+struct BatchLimits {
+    int rate_taken;  // claims taken from the queue's rate
+    int reserved;    // claims reserved under max_active
+    bool locked;     // max_active counted under the queue's lock instead
+};
+
 // How many of `n` items the queue's limits let this call claim now
-// (max_active, a rate for the whole queue); *rate_taken is what it took
-// from the rate, *retry_at when a limit that turned it away may let it in.
-int limited_batch(const api::QueueInfo &q, int n, TimestampTz now, int *rate_taken,
+// (max_active, a rate for the whole queue); *retry_at when a rate that
+// turned it away may let it in.
+int limited_batch(const api::QueueInfo &q, int n, TimestampTz now, BatchLimits *lim,
                   TimestampTz *retry_at) {
-    *rate_taken = 0;
+    lim->rate_taken = 0;
+    lim->reserved = 0;
+    lim->locked = false;
     if (q.max_active > 0) {
-        pg::lock_queue_claims(q.queue_id);
-        int64 live = pg::live_claims(q.queue_id, now);
-        if (live >= q.max_active) return 0;
-        if (q.max_active - live < n) n = (int)(q.max_active - live);
+        // Reserve first, then count the committed live claims (see
+        // shmem/claim_slots.hpp); without shared memory for it, count under
+        // the queue's lock, kept until commit when something was claimed.
+        Oid install = direct::items_relid();
+        int64 others = shmem::claim_slots_reserve(install, q.queue_id, n);
+        if (others < 0) {
+            pg::lock_queue_claims(q.queue_id);
+            lim->locked = true;
+            others = 0;
+        } else {
+            lim->reserved = n;
+        }
+        int64 room = q.max_active - others - pg::live_claims(q.queue_id, now);
+        if (room < n) {
+            int keep = room > 0 ? (int)room : 0;
+            if (lim->reserved > 0) {
+                shmem::claim_slots_give_back(install, q.queue_id, n - keep);
+                lim->reserved = keep;
+            }
+            n = keep;
+        }
+        if (n == 0) return 0;
     }
     if (q.rate > 0 && !q.rate_per_group) {
         n = shmem::rate_take(direct::items_relid(), q.queue_id, 0,
                              rate_rule(q.rate, q.rate_per_us), n, now, retry_at);
-        *rate_taken = n;
+        lim->rate_taken = n;
     }
     return n;
+}
+
+// What limited_batch took, to give back what the round did not use.
+void limits_done(const api::QueueInfo &q, const BatchLimits &lim, int claimed) {
+    if (lim.locked && claimed == 0) pg::unlock_queue_claims(q.queue_id);
+    if (lim.reserved > claimed)
+        shmem::claim_slots_give_back(direct::items_relid(), q.queue_id, lim.reserved - claimed);
+    if (lim.rate_taken > claimed)
+        shmem::rate_give_back(direct::items_relid(), q.queue_id, 0, rate_rule(q.rate, q.rate_per_us),
+                              lim.rate_taken - claimed);
 }
 
 // Under the item's lock: may this item of a group start now? With a group
@@ -187,10 +225,10 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 bool worker_null, ReturnSetInfo *rsinfo, TimestampTz *retry_at) {
     TimestampTz now = pg::clock_now();
     *retry_at = 0;
-    int rate_taken = 0;
-    n = limited_batch(q, n, now, &rate_taken, retry_at);
+    BatchLimits lim;
+    n = limited_batch(q, n, now, &lim, retry_at);
     if (n == 0) {
-        if (q.max_active > 0) pg::unlock_queue_claims(q.queue_id);
+        limits_done(q, lim, 0);
         return 0;
     }
 
@@ -300,10 +338,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);
     if (claimed > 0) api::after_tokens();
-    if (claimed == 0 && q.max_active > 0) pg::unlock_queue_claims(q.queue_id);
-    if (rate_taken > claimed)
-        shmem::rate_give_back(direct::items_relid(), q.queue_id, 0, rate_rule(q.rate, q.rate_per_us),
-                              rate_taken - claimed);
+    limits_done(q, lim, claimed);
     shmem::count(q.queue_id, shmem::Metric::Claimed, claimed);
     return claimed;
 }

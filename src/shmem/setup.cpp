@@ -3,6 +3,7 @@
 // that every layer reads.
 #include "shmem/shared.hpp"
 #include "shmem/metrics.hpp"
+#include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
 
@@ -41,6 +42,7 @@ void shmem_request() {
     RequestAddinShmemSpace(metrics_shmem_size());
     RequestAddinShmemSpace(rates_shmem_size());
     RequestAddinShmemSpace(lease_grants_shmem_size());
+    RequestAddinShmemSpace(claim_slots_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
 }
 
@@ -69,6 +71,7 @@ void shmem_startup() {
     metrics_shmem_init();
     rates_shmem_init();
     lease_grants_shmem_init();
+    claim_slots_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -1,0 +1,27 @@
+// max_active without a lock: claims not yet committed are counted in
+// shared memory, per queue, from the moment a claimer reserves them until
+// its transaction ends. A claimer reserves first, then counts the committed
+// live claims: a transaction that commits in between is counted twice at
+// worst (in the reservations read before, and among the live claims), never
+// missed; and of two claimers reserving at once, the later one sees the
+// earlier one's reservation. So the limit is never overshot.
+#pragma once
+
+#include "pg/pg.hpp"
+
+namespace pgclaim::shmem {
+
+inline constexpr int kClaimSlotEntries = 1024;
+
+Size claim_slots_shmem_size();
+void claim_slots_shmem_init();
+
+// Reserves `n` claims of the queue for this transaction; returns the
+// reservations of other transactions at that moment, or -1 when there is no
+// shared memory or the table is full (the caller then counts under the
+// queue's lock instead). `install`: pg::direct::items_relid().
+int64 claim_slots_reserve(Oid install, int32 queue_id, int n);
+// Gives back `n` of this transaction's reservations (claims not made).
+void claim_slots_give_back(Oid install, int32 queue_id, int n);
+
+}  // namespace pgclaim::shmem
