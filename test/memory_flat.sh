@@ -220,6 +220,9 @@ worker_rounds() { psql_cl -tAc "SELECT rounds FROM claim.worker_status() WHERE p
 worker_case() {
     local rounds=$1 pid r0 m0 m1 feeder
     if [[ -n "${MEMFLAT_CASES:-}" && " $MEMFLAT_CASES " != *" worker "* ]]; then return; fi
+    # the cases above left a million dead claim rows (autovacuum is off here):
+    # the worker's rounds read claim.claims, so clean up first
+    psql_cl -c "VACUUM claim.claims" -c "VACUUM claim.lease_holders" -c "VACUUM claim.lease_released" >/dev/null
     psql_cl >/dev/null <<'SQL'
 ALTER SYSTEM SET pg_claim.worker_naptime = '10ms';
 SELECT pg_reload_conf();
@@ -243,13 +246,21 @@ SQL
         fail "worker: no pg_claim worker serves the database"
     else
         r0=$(worker_rounds "$pid")
-        while (( $(worker_rounds "$pid") < r0 + 200 )); do sleep 0.5; done   # warm-up rounds
-        if ! m0=$(log_worker_memory "$pid"); then
+        # warm-up rounds; a round takes about 10 ms: give up at 20 times that
+        local deadline=$((SECONDS + 10 + rounds / 5))
+        while (( $(worker_rounds "$pid") < r0 + 200 && SECONDS < deadline )); do sleep 0.5; done
+        if (( $(worker_rounds "$pid") < r0 + 200 )); then
+            fail "worker: fewer than 200 rounds in $((SECONDS - deadline + 10 + rounds / 5))s"
+        elif ! m0=$(log_worker_memory "$pid"); then
             fail "worker: no memory context report from pid $pid"
         else
             r0=$(worker_rounds "$pid")
             local t0=$SECONDS
-            while (( $(worker_rounds "$pid") < r0 + rounds )); do sleep 1; done
+            deadline=$((SECONDS + 10 + rounds / 5))
+            while (( $(worker_rounds "$pid") < r0 + rounds && SECONDS < deadline )); do sleep 1; done
+            local done_rounds=$(( $(worker_rounds "$pid") - r0 ))
+            (( done_rounds < rounds )) && fail "worker: only $done_rounds of $rounds rounds in $((SECONDS - t0))s"
+            rounds=$done_rounds
             m1=$(log_worker_memory "$pid")
             local stats
             stats=$(psql_cl -tA -F ' ' -c "SELECT rounds, promoted, expired, killed FROM claim.worker_status() WHERE pid = $pid")
