@@ -66,7 +66,7 @@ class AsyncWorker:
                  name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
                  max_jobs: Optional[int] = None, prepare: bool = False,
                  connect_kwargs: Optional[Dict[str, Any]] = None,
-                 handle_signals: bool = True) -> None:
+                 handle_signals: bool = True, cancel_on_stop: bool = True) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if grace < 0:
@@ -86,6 +86,7 @@ class AsyncWorker:
         self.prepare = prepare
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
+        self.cancel_on_stop = cancel_on_stop
         self.stats = WorkerStats()
         self.features: Optional[Features] = None
         self._stop: Optional[asyncio.Event] = None
@@ -257,6 +258,8 @@ class AsyncWorker:
                             "lease ends", self._label(), job.id, _error_text(exc))
 
     def _cancel(self, slot: _ASlot) -> None:
+        if not self.cancel_on_stop:
+            return
         conn = slot.conn
         if conn is not None and not conn.closed:
             try:

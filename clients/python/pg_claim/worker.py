@@ -170,6 +170,9 @@ class Worker:
     - ``prepare``: let psycopg prepare statements on the server. Leave it off
       behind a transaction-mode pooler that does not track prepared
       statements (PgBouncer before 1.21).
+    - ``cancel_on_stop``: a stop cancels the claims waiting in the server
+      (and, past the grace period, a transactional handler's statement).
+      With False, a stop waits for waiting claims to end (at most ``wait``).
 
     The handler's return value (JSON-serializable) is the item's result. An
     exception fails the attempt with its text; :class:`Retry` fails it with a
@@ -182,7 +185,7 @@ class Worker:
                  name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
                  max_jobs: Optional[int] = None, prepare: bool = False,
                  connect_kwargs: Optional[Dict[str, Any]] = None,
-                 handle_signals: bool = True) -> None:
+                 handle_signals: bool = True, cancel_on_stop: bool = True) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if grace < 0:
@@ -202,6 +205,7 @@ class Worker:
         self.prepare = prepare
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
+        self.cancel_on_stop = cancel_on_stop
         self.features: Optional[Features] = None
         self._stop = threading.Event()
         self._hurry = threading.Event()
@@ -354,6 +358,8 @@ class Worker:
                             "lease ends", self._label(), job.id, _error_text(exc))
 
     def _cancel(self, slot: _Slot) -> None:
+        if not self.cancel_on_stop:
+            return
         conn = slot.conn
         if conn is not None and not conn.closed:
             try:

@@ -443,3 +443,18 @@ def test_roles_worker_and_producer(dsn: str, conn: "psycopg.Connection[Any]", qu
     finally:
         for role in roles.values():
             conn.execute(f"DROP ROLE {role}")
+
+
+def test_stop_without_cancel_requests(dsn: str, client: pg_claim.Client, queue: str) -> None:
+    """cancel_on_stop=False: no cancel request is sent; the waiting claims end
+    by themselves within their wait, and work in flight completes."""
+    item = client.enqueue(queue, {})
+    seen: List[int] = []
+    worker = pg_claim.Worker(dsn, queue, lambda job: seen.append(job.id), concurrency=3,
+                             wait=1.5, cancel_on_stop=False, handle_signals=False)
+    timer = threading.Timer(0.5, worker.stop)
+    timer.start()
+    t0 = time.monotonic()
+    stats = worker.run()
+    assert time.monotonic() - t0 < 8
+    assert seen == [item] and stats.completed == 1
