@@ -48,6 +48,16 @@ class _ASlot:
         self.closed = False
         self.leases = LeaseClock(None)
         self.released = 0              # token this slot released itself at shutdown
+        self._cur: Optional[psycopg.AsyncCursor[Any]] = None
+
+    def claim_cursor(self) -> "psycopg.AsyncCursor[Any]":
+        """The slot task's cursor for its claims and outcomes, one per
+        connection."""
+        cur = self._cur
+        if cur is None or cur.connection is not self.conn:
+            assert self.conn is not None
+            cur = self._cur = self.conn.cursor()
+        return cur
 
 
 class AsyncWorker:
@@ -367,9 +377,10 @@ class AsyncWorker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    async def _fetch(self, conn: "psycopg.AsyncConnection[Any]", query: str,
+    async def _fetch(self, slot: _ASlot, query: str,
                      params: Optional[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
-        cur = await conn.execute(query, params)
+        cur = slot.claim_cursor()
+        await cur.execute(query, params)
         return await cur.fetchall()
 
     async def _claim(self, slot: _ASlot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
@@ -386,7 +397,7 @@ class AsyncWorker:
         try:
             if pending:
                 try:
-                    rows = await self._fetch(conn, slot.leases.pick(q).done, (pending,))
+                    rows = await self._fetch(slot, slot.leases.pick(q).done, (pending,))
                     self.stats.completed += len(pending)
                     if rows:
                         self.stats.claimed += 1
@@ -405,7 +416,7 @@ class AsyncWorker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = await self._fetch(conn, slot.leases.pick(q).plain, None)
+                rows = await self._fetch(slot, slot.leases.pick(q).plain, None)
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():
@@ -488,7 +499,7 @@ class AsyncWorker:
                     abandoned, _lost = await self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
-                await self._execute_complete(conn, job.token, result)
+                await self._execute_complete(slot.claim_cursor(), job.token, result)
             self.stats.completed += 1
         except _Abandoned:
             await self._release_after_abandon(slot, job)
@@ -530,19 +541,17 @@ class AsyncWorker:
                 log.warning("worker %s: job %d rolled back; release failed (%s)",
                             self._label(), job.id, _error_text(exc))
 
-    async def _execute_complete(self, conn: "psycopg.AsyncConnection[Any]", token: int,
+    async def _execute_complete(self, cur: "psycopg.AsyncCursor[Any]", token: int,
                                 result: Any) -> None:
         if result is not None and self.features is not None and self.features.complete_result:
-            await conn.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
+            await cur.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
         else:
-            await conn.execute(COMPLETE_SQL, (token,))
+            await cur.execute(COMPLETE_SQL, (token,))
 
     async def _complete_now(self, slot: _ASlot, token: int, result: Any) -> None:
-        conn = slot.conn
-        assert conn is not None
         for attempt in range(3):
             try:
-                await self._execute_complete(conn, token, result)
+                await self._execute_complete(slot.claim_cursor(), token, result)
                 self.stats.completed += 1
                 return
             except psycopg.Error as exc:
@@ -555,11 +564,9 @@ class AsyncWorker:
                     raise
 
     async def _fail_now(self, slot: _ASlot, job: Job, error: str, retry_in: Any) -> None:
-        conn = slot.conn
-        assert conn is not None
         for attempt in range(3):
             try:
-                await conn.execute(FAIL_SQL, (job.token, error, retry_in))
+                await slot.claim_cursor().execute(FAIL_SQL, (job.token, error, retry_in))
                 if retry_in is not None:
                     self.stats.retried += 1
                 else:

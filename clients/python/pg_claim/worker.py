@@ -151,6 +151,17 @@ class _Slot:
         self.thread: Optional[threading.Thread] = None
         self.beat_thread: Optional[threading.Thread] = None
         self.closed = False
+        self._cur: Optional[psycopg.Cursor[Any]] = None
+
+    def claim_cursor(self) -> "psycopg.Cursor[Any]":
+        """The slot thread's cursor for its claims and outcomes, one per
+        connection (a new psycopg cursor per statement costs more client
+        CPU than the rest of a no-op job)."""
+        cur = self._cur
+        if cur is None or cur.connection is not self.conn:
+            assert self.conn is not None
+            cur = self._cur = self.conn.cursor()
+        return cur
 
 
 class Worker:
@@ -494,10 +505,12 @@ class Worker:
                     self._complete_now(slot, pending[0], None)
                     return None
                 try:
-                    rows = conn.execute(slot.leases.pick(q).done, (pending,)).fetchall()
-                    self._count(slot, "completed", len(pending))
+                    cur = slot.claim_cursor()
+                    cur.execute(slot.leases.pick(q).done, (pending,))
+                    rows = cur.fetchall()
+                    slot.stats.completed += len(pending)
                     if rows:
-                        self._count(slot, "claimed")
+                        slot.stats.claimed += 1
                         return rows
                 except psycopg.Error as exc:
                     if _sqlstate(exc) == STALE:
@@ -514,7 +527,9 @@ class Worker:
                 if self._stop.is_set():
                     return None
             try:
-                rows = conn.execute(slot.leases.pick(q).plain).fetchall()
+                cur = slot.claim_cursor()
+                cur.execute(slot.leases.pick(q).plain)
+                rows = cur.fetchall()
             except psycopg.Error as exc:
                 if _sqlstate(exc) == CANCELED:
                     if self._stop.is_set():
@@ -524,7 +539,7 @@ class Worker:
                     return []
                 raise
             if rows:
-                self._count(slot, "claimed")
+                slot.stats.claimed += 1
             return rows
         finally:
             with slot.lock:
@@ -594,8 +609,8 @@ class Worker:
                     abandoned, lost = self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
-                self._execute_complete(conn, job.token, result)
-            self._count(slot, "completed")
+                self._execute_complete(slot.claim_cursor(), job.token, result)
+            slot.stats.completed += 1
         except _Abandoned:
             self._release_after_abandon(slot, job)
         except Retry as exc:
@@ -639,11 +654,11 @@ class Worker:
                 log.warning("worker %s: job %d rolled back; release failed (%s)",
                             self._label(), job.id, _error_text(exc))
 
-    def _execute_complete(self, conn: "psycopg.Connection[Any]", token: int, result: Any) -> None:
+    def _execute_complete(self, cur: "psycopg.Cursor[Any]", token: int, result: Any) -> None:
         if result is not None and self.features is not None and self.features.complete_result:
-            conn.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
+            cur.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
         else:
-            conn.execute(COMPLETE_SQL, (token,))
+            cur.execute(COMPLETE_SQL, (token,))
 
     def _retrying(self, fn: Callable[[], None]) -> None:
         """Run a completion statement; a cancel meant for a claim may hit it."""
@@ -656,16 +671,12 @@ class Worker:
                     raise
 
     def _complete_now(self, slot: _Slot, token: int, result: Any) -> None:
-        conn = slot.conn
-        assert conn is not None
-
         def run() -> None:
-            assert conn is not None
-            self._execute_complete(conn, token, result)
+            self._execute_complete(slot.claim_cursor(), token, result)
 
         try:
             self._retrying(run)
-            self._count(slot, "completed")
+            slot.stats.completed += 1
         except psycopg.Error as exc:
             if _sqlstate(exc) != STALE:
                 raise
@@ -674,12 +685,8 @@ class Worker:
                         self._label(), token, exc.diag.message_primary)
 
     def _fail_now(self, slot: _Slot, job: Job, error: str, retry_in: Any) -> None:
-        conn = slot.conn
-        assert conn is not None
-
         def run() -> None:
-            assert conn is not None
-            conn.execute(FAIL_SQL, (job.token, error, retry_in))
+            slot.claim_cursor().execute(FAIL_SQL, (job.token, error, retry_in))
 
         try:
             self._retrying(run)
