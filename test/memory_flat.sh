@@ -200,21 +200,59 @@ run_case group_claim "$((CALLS / 10))" \
 
 # --- the background worker over many rounds ------------------------------------
 # Its memory is read with pg_log_backend_memory_contexts(pid), which makes the
-# worker write its contexts and a "Grand total: N bytes ..." line to the log.
-grand_total() {  # grand_total PID: the total of the newest report of PID
-    grep -E "\[$1\] LOG:  Grand total: [0-9]+ bytes" "$CL_LOG" | tail -n 1 |
-        sed -E 's/.*Grand total: ([0-9]+) bytes.*/\1/'
+# worker write its contexts to the log ("level: N; name: T total in ...").
+# The worker answers at its next interrupt check, which may fall inside a
+# round: the subtrees of TopTransactionContext and PortalContext (what a
+# round's transaction and queries hold while they run) are left out, so what
+# is compared is the memory that outlives a round.
+#
+# reports PID: for each report of PID in the log, "K NAME BYTES" per context
+# name (K = the report's number) and "K TOTAL BYTES"
+reports() {
+    awk -v pid="[$1]" '
+        index($0, pid " LOG:  level: ") {
+            line = $0; sub(/.*LOG:  level: /, "", line)
+            level = line + 0; sub(/^[0-9]+; /, "", line)
+            name = line; sub(/: [0-9]+ total in .*/, "", name)
+            if (skip && level > skip_level) next
+            skip = 0
+            if (name == "TopTransactionContext" || name == "PortalContext") { skip = 1; skip_level = level; next }
+            if (match(line, /: [0-9]+ total in/)) {
+                bytes = substr(line, RSTART + 2, RLENGTH - 11) + 0
+                sum[name] += bytes; total += bytes
+            } else if (match(line, /containing [0-9]+ total in/)) {   # "N more child contexts ..."
+                bytes = substr(line, RSTART + 11, RLENGTH - 20) + 0
+                sum["(more child contexts)"] += bytes; total += bytes
+            }
+        }
+        index($0, pid " LOG:  Grand total") {
+            k++
+            for (n in sum) printf "%d %s\t%d\n", k, n, sum[n]
+            printf "%d TOTAL\t%d\n", k, total
+            delete sum; total = 0; skip = 0
+        }' "$CL_LOG"
 }
-log_worker_memory() {  # log_worker_memory PID: ask, wait for a new report; prints the total
+log_worker_memory() {  # log_worker_memory PID: ask, wait for a new report; prints its total
     local pid=$1 before after
-    before=$(grep -cE "\[$pid\] LOG:  Grand total" "$CL_LOG")
+    before=$(grep -cE "\\[$pid\\] LOG:  Grand total" "$CL_LOG")
     psql_cl -tAc "SELECT pg_log_backend_memory_contexts($pid)" >/dev/null
     for _ in $(seq 1 100); do
-        after=$(grep -cE "\[$pid\] LOG:  Grand total" "$CL_LOG")
-        (( after > before )) && { grand_total "$pid"; return 0; }
+        after=$(grep -cE "\\[$pid\\] LOG:  Grand total" "$CL_LOG")
+        if (( after > before )); then
+            reports "$pid" | awk -F'\t' -v k="$after" '$1 == k " TOTAL" { print $2 }'
+            return 0
+        fi
         sleep 0.1
     done
     return 1
+}
+# context_growth PID: the context names whose totals differ most between the
+# last two reports of PID
+context_growth() {
+    reports "$1" | awk -F'\t' '
+        { split($1, a, " "); k = a[1]; n = substr($1, length(k) + 2); v[k, n] = $2; names[n] = 1; if (k > last) last = k }
+        END { for (n in names) if (n != "TOTAL") { d = v[last, n] - v[last - 1, n]; if (d != 0) printf "%d\t%s\n", d, n } }' |
+        sort -rn | head -n 5 | awk -F'\t' '{ printf "%s%s %d", (NR > 1 ? ", " : ""), $2, $1 }'
 }
 worker_rounds() { psql_cl -tAc "SELECT rounds FROM claim.worker_status() WHERE pid = $1"; }
 worker_case() {
@@ -265,9 +303,9 @@ SQL
             local stats
             stats=$(psql_cl -tA -F ' ' -c "SELECT rounds, promoted, expired, killed FROM claim.worker_status() WHERE pid = $pid")
             if [[ -n "$m1" ]] && (( m1 - m0 < LIMIT )); then
-                pass "worker: $((rounds)) rounds in $((SECONDS - t0))s (rounds promoted expired killed: $stats), memory contexts grew by $((m1 - m0)) bytes ($m0 -> $m1)"
+                pass "worker: $((rounds)) rounds in $((SECONDS - t0))s (rounds promoted expired killed: $stats), memory contexts grew by $((m1 - m0)) bytes ($m0 -> $m1; by context: $(context_growth "$pid"))"
             else
-                fail "worker: $rounds rounds, memory contexts grew by $(( ${m1:-0} - m0 )) bytes ($m0 -> ${m1:-?})"
+                fail "worker: $rounds rounds, memory contexts grew by $(( ${m1:-0} - m0 )) bytes ($m0 -> ${m1:-?}; by context: $(context_growth "$pid"))"
             fi
         fi
     fi
