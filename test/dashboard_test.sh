@@ -8,19 +8,24 @@
 #   1. installs what is missing: python3-psycopg, chromium (Debian's headless
 #      browser), nodejs/npm, and playwright-core from npm into
 #      test/dashboard/node_modules (it drives /usr/bin/chromium; no browser
-#      download);
+#      download). When npm cannot install playwright-core (no registry, or a
+#      proxy whose certificate is not trusted), it installs Debian's
+#      chromium-driver and python3-selenium instead;
 #   2. starts a throwaway cluster as the unprivileged user "pgclaim" with
 #      shared_preload_libraries = 'pg_claim' and a known workload: ready,
 #      scheduled, claimed and dead items, a blocked group, a lease;
 #   3. starts the dashboard twice, as a member of claim_admin and as a role
 #      with only pg_monitor and claim_worker;
-#   4. test/dashboard/browser.mjs loads the page in headless Chromium, checks
+#   4. test/dashboard/browser.mjs (playwright-core), or
+#      test/dashboard/browser_selenium.py (ChromeDriver) with the same checks,
+#      loads the page in headless Chromium, checks
 #      the counts, clicks redrive on a dead item and sees it ready again,
 #      pauses and resumes a queue, and checks that the read-only dashboard has
 #      no buttons and refuses a POST; the database confirms the item's state.
 # Screenshots: test/artifacts/dashboard.png and dashboard-after-redrive.png.
 # The last line is "dashboard: N passed, N failed". Servers are stopped and
 # the scratch directory removed on exit (DASHBOARD_KEEP=1 keeps it).
+# DASHBOARD_DRIVER=selenium uses ChromeDriver without trying npm.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -57,11 +62,29 @@ if ((${#missing[@]})); then
     { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; } ||
         fail_setup "could not install ${missing[*]}"
 fi
-if [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ]]; then
+DRIVER=playwright
+if [[ "${DASHBOARD_DRIVER:-}" == selenium ]]; then
+    DRIVER=selenium
+elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ]]; then
     say "npm: playwright-core"
-    (cd "$ROOT/test/dashboard" && npm install --no-audit --no-fund --loglevel=error) ||
-        fail_setup "could not install playwright-core"
+    if ! (cd "$ROOT/test/dashboard" && timeout 600 npm install --no-audit --no-fund --loglevel=error); then
+        say "npm could not install playwright-core: using Debian's chromium-driver and python3-selenium"
+        DRIVER=selenium
+    fi
 fi
+if [[ $DRIVER == selenium ]]; then
+    missing=()
+    for p in chromium-driver python3-selenium; do
+        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        say "installing: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; } ||
+            fail_setup "could not install ${missing[*]}"
+    fi
+fi
+say "browser driver: $DRIVER"
 id -u "$RUN_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$RUN_USER"
 [[ -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]] ||
     fail_setup "pg_claim is not installed: run test/setup.sh first"
@@ -138,9 +161,15 @@ mkdir -p "$ARTIFACTS"
 EXPECT='{"emails": {"ready": 5, "in_flight": 1, "dead_items": 2, "scheduled": 0, "paused": "no",
                     "enqueued_total": 8, "claimed_total": 3, "failed_total": 2, "dead_total": 2},
          "reports": {"ready": 1, "scheduled": 1, "in_flight": 0, "dead_items": 0}}'
-say "headless Chromium ($(/usr/bin/chromium --version 2>/dev/null | head -1))"
+say "headless Chromium ($(/usr/bin/chromium --version 2>/dev/null | head -1)), driven by $DRIVER"
+if [[ $DRIVER == selenium ]]; then
+    BROWSER_CMD=("$PY" browser_selenium.py)
+else
+    BROWSER_CMD=(node browser.mjs)
+fi
 out="$(cd "$ROOT/test/dashboard" && DASH_URL="$ADMIN_URL" DASH_RO_URL="$RO_URL" EXPECT="$EXPECT" \
-       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" ARTIFACTS="$ARTIFACTS" timeout 180 node browser.mjs 2>&1)"
+       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" ARTIFACTS="$ARTIFACTS" PYTHONDONTWRITEBYTECODE=1 \
+       timeout 180 "${BROWSER_CMD[@]}" 2>&1)"
 echo "$out"
 PASSED=$((PASSED + $(grep -c '^ok ' <<<"$out")))
 FAILED=$((FAILED + $(grep -c '^FAIL ' <<<"$out")))
