@@ -16,7 +16,13 @@
 #   4. runs the Python suite (clients/python/tests, pytest) directly and through
 #      PgBouncer, and `npm test` in clients/node (when clients/node/package.json
 #      exists) the same two ways. Each suite reads the server's URI from
-#      PGCLAIM_TEST_DSN.
+#      PGCLAIM_TEST_DSN. The Node client's dependencies come from `npm ci`;
+#      when npm cannot reach its registry (or a proxy's certificate is not
+#      trusted), the suite runs on a copy of clients/node without node_modules
+#      against Debian's node-pg (NODE_PATH, PGCLAIM_NODE_DEPS=debian), and the
+#      TypeScript declarations test, which needs typescript and @types/pg from
+#      npm, is skipped. The output says which: "node: npm ci" or
+#      "node: Debian node-pg (npm unreachable)".
 # Prints a summary; the last line is "clients: N passed, N failed" (pytest tests
 # and node test cases; a suite that cannot run counts as one failure). Exits
 # non-zero on any failure. The servers are stopped and the scratch directory
@@ -240,17 +246,44 @@ PYEOF
     SUMMARY+=("python ($label): $p passed, $f failed, $s skipped")
 }
 
+NODE_DIR="$ROOT/clients/node"   # where the Node suite runs
+NODE_ENV_EXTRA=()                # NODE_PATH etc. when on Debian's node-pg
 run_node() {   # $1 label, $2 dsn
-    local label="$1" dsn="$2" log="$SCRATCH/node-$1.log" rc p f
+    local label="$1" dsn="$2" log="$SCRATCH/node-$1.log" rc p f s
     say "Node suite, $label"
-    (cd "$ROOT/clients/node" && PGCLAIM_TEST_DSN="$dsn" timeout 900 npm test) 2>&1 | tee "$log"
+    (cd "$NODE_DIR" && env "${NODE_ENV_EXTRA[@]}" PGCLAIM_TEST_DSN="$dsn" timeout 900 npm test) 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     p=$(grep -E '^(# |ℹ )pass [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
     f=$(grep -E '^(# |ℹ )fail [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
-    p=${p:-0}; f=${f:-0}
+    s=$(grep -E '^(# |ℹ )skipped [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
+    p=${p:-0}; f=${f:-0}; s=${s:-0}
     if (( rc != 0 && f == 0 )); then f=1; fi
     PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-    SUMMARY+=("node ($label): $p passed, $f failed")
+    SUMMARY+=("node ($label, $NODE_DEPS): $p passed, $f failed, $s skipped")
+}
+
+# Debian's node-pg for the Node suite when npm is unreachable. Installed with
+# apt-get; where that cannot be (a nodejs from elsewhere, e.g. NodeSource, does
+# not satisfy Debian's node-* dependencies), node-pg and split2 are unpacked
+# into the scratch directory. Prints the folder for NODE_PATH.
+debian_node_pg() {
+    local dir
+    dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    if [[ -z "$dir" ]]; then
+        say "installing: node-pg" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        { apt-get update -q && apt-get install -y -q --no-install-recommends node-pg </dev/null; } >&2 &&
+            dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    fi
+    if [[ -z "$dir" ]]; then
+        say "apt-get could not install node-pg: unpacking node-pg and node-split2 into $SCRATCH/debnode" >&2
+        mkdir -p "$SCRATCH/debs" "$SCRATCH/debnode" && chmod 777 "$SCRATCH/debs"
+        (cd "$SCRATCH/debs" && apt-get download node-pg node-split2 >&2) || return 1
+        for deb in "$SCRATCH"/debs/*.deb; do dpkg-deb -x "$deb" "$SCRATCH/debnode" || return 1; done
+        dir="$(find "$SCRATCH/debnode" -path '*/nodejs/pg/package.json' | head -n1)"
+    fi
+    [[ -n "$dir" ]] || return 1
+    dirname "$(dirname "$dir")"
 }
 
 # The package installs with pip from the folder, offline, next to Debian's psycopg.
@@ -281,14 +314,27 @@ fi
 
 if [[ "$ONLY" != python && -f "$ROOT/clients/node/package.json" ]]; then
     say "npm install in clients/node"
+    NODE_DEPS=""
     if (cd "$ROOT/clients/node" &&
-        if [[ -f package-lock.json ]]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi); then
+        if [[ -f package-lock.json ]]; then timeout 600 npm ci --no-audit --no-fund; else timeout 600 npm install --no-audit --no-fund; fi); then
+        NODE_DEPS="npm ci"
+    elif NODE_LIB="$(debian_node_pg)"; then
+        NODE_DEPS="Debian node-pg"
+        # A copy without node_modules, so that only Debian's modules resolve.
+        mkdir -p "$SCRATCH/nodesrc"
+        tar -C "$ROOT/clients/node" --exclude=./node_modules -cf - . | tar -C "$SCRATCH/nodesrc" -xf -
+        NODE_DIR="$SCRATCH/nodesrc"
+        NODE_ENV_EXTRA=(NODE_PATH="$NODE_LIB" PGCLAIM_NODE_DEPS=debian)
+        SUMMARY+=("node: npm unreachable; pg $(node -p "require('$NODE_LIB/pg/package.json').version") from Debian ($NODE_LIB)")
+    fi
+    if [[ -n "$NODE_DEPS" ]]; then
+        if [[ "$NODE_DEPS" == "npm ci" ]]; then say "node: npm ci"; else say "node: Debian node-pg (npm unreachable)"; fi
         run_node direct "$DIRECT"
         run_node pgbouncer "$POOLED"
         check_bouncer "the Node suite"
     else
         FAILED=$((FAILED + 1))
-        SUMMARY+=("node: npm install failed")
+        SUMMARY+=("node: npm install failed, and Debian's node-pg could not be installed")
     fi
 fi
 
