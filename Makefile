@@ -25,10 +25,12 @@ DATA_built   = sql/pg_claim--0.2.0.sql
 
 # Regression inputs test/sql/*.sql, outputs test/expected/*.out.
 REGRESS      = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf --inputdir=test
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf --inputdir=test \
+               --encoding=UTF8 --no-locale
 
 ISOLATION      = $(sort $(patsubst test/isolation/specs/%.spec,%,$(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=test/regress.conf \
+                 --encoding=UTF8 --no-locale \
                  --inputdir=test/isolation --outputdir=output_iso
 
 PG_CPPFLAGS  = -Isrc

@@ -29,7 +29,7 @@ CREATE TEMP TABLE t (k text PRIMARY KEY, v bigint);
 CREATE FUNCTION pg_temp.v(k text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT v FROM t WHERE t.k = $1 $$;
 
-SELECT claim.create_queue('q', lease => '1 minute', max_attempts => 3, backoff => '1 second');
+SELECT claim.create_queue('q', lease => '1 hour', max_attempts => 3, backoff => '1 second');
 SELECT count(*) FROM (SELECT claim.enqueue('q', jsonb_build_object('n', g)) FROM generate_series(1, 5) g) s;
 INSERT INTO t SELECT 'claim', token FROM claim.claim_next('q');
 INSERT INTO t SELECT 'lease', claim.lease_acquire('lk', '1 minute');
