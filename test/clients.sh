@@ -316,7 +316,7 @@ if [[ "$ONLY" != python && -f "$ROOT/clients/node/package.json" ]]; then
     say "npm install in clients/node"
     NODE_DEPS=""
     if (cd "$ROOT/clients/node" &&
-        if [[ -f package-lock.json ]]; then timeout 600 npm ci --no-audit --no-fund; else timeout 600 npm install --no-audit --no-fund; fi); then
+        if [[ -f package-lock.json ]]; then timeout 300 npm ci --no-audit --no-fund; else timeout 300 npm install --no-audit --no-fund; fi); then
         NODE_DEPS="npm ci"
     elif NODE_LIB="$(debian_node_pg)"; then
         NODE_DEPS="Debian node-pg"

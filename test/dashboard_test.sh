@@ -67,7 +67,7 @@ if [[ "${DASHBOARD_DRIVER:-}" == selenium ]]; then
     DRIVER=selenium
 elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ]]; then
     say "npm: playwright-core"
-    if ! (cd "$ROOT/test/dashboard" && timeout 600 npm install --no-audit --no-fund --loglevel=error); then
+    if ! (cd "$ROOT/test/dashboard" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
         say "npm could not install playwright-core: using Debian's chromium-driver and python3-selenium"
         DRIVER=selenium
     fi
