@@ -230,7 +230,10 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             cap = (int)nrows;
             rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
         }
-        for (int32 s = 0; s < permits; ++s) old_token[s] = 0;
+        for (int32 s = 0; s < permits; ++s) {
+            old_token[s] = 0;
+            expired[s] = false;
+        }
         for (uint64 r = 0; r < nrows; ++r) {
             bool isnull;
             rows[r].slot = pg::col_int32(r, 1);

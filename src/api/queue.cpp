@@ -79,6 +79,13 @@ void check_key(FunctionCallInfo fcinfo, int argno, const char *what) {
     if (!PG_ARGISNULL(argno)) api::check_key_length(PG_GETARG_TEXT_PP(argno), what);
 }
 
+// An item's order is -priority: the smallest int4 has no negation.
+void check_priority(int32 priority) {
+    if (priority == PG_INT32_MIN)
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE},
+                  "priority must be between %d and %d", -PG_INT32_MAX, PG_INT32_MAX);
+}
+
 // NULL or a time already reached means "ready now" (stored as NULL).
 Datum effective_run_at(FunctionCallInfo fcinfo, int argno, char *null_flag) {
     if (PG_ARGISNULL(argno)) {
@@ -173,6 +180,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     pg::require_arg(fcinfo, 0, "queue");
     pg::require_arg(fcinfo, 1, "payload");
     pg::require_arg(fcinfo, 4, "priority");
+    check_priority(PG_GETARG_INT32(4));
     pg::require_primary("claim.enqueue");
     check_key(fcinfo, 2, "group_key");
     check_key(fcinfo, 5, "dedup_key");
@@ -278,6 +286,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     pg::require_arg(fcinfo, 0, "queue");
     pg::require_arg(fcinfo, 1, "payloads");
     pg::require_arg(fcinfo, 4, "priority");
+    check_priority(PG_GETARG_INT32(4));
     pg::require_primary("claim.enqueue_batch");
     char *name = pg::arg_cstring(fcinfo, 0);
     ArrayType *payloads = PG_GETARG_ARRAYTYPE_P(1);
