@@ -165,7 +165,12 @@ int limited_batch(const api::QueueInfo &q, int n, TimestampTz now, BatchLimits *
         } else {
             lim->reserved = n;
         }
-        int64 room = q.max_active - others - pg::live_claims(q.queue_id, now);
+        // Every live claim is a row of claim.claims: while that table could
+        // not hold enough rows to reach the limit, there is nothing to count.
+        int64 live = others + n + pg::claims_upper_bound() <= q.max_active
+                         ? 0
+                         : pg::live_claims(q.queue_id, now);
+        int64 room = q.max_active - others - live;
         if (room < n) {
             int keep = room > 0 ? (int)room : 0;
             if (lim->reserved > 0) {

@@ -3,6 +3,15 @@
 
 #include "pg/lineage.hpp"
 
+extern "C" {
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "storage/bufmgr.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+}
+
 namespace pgclaim::pg {
 
 namespace {
@@ -49,6 +58,16 @@ void unlock_queue_claims(int32 queue_id) {
 int64 live_claims(int32 queue_id, TimestampTz now) {
     Datum v[2] = {Int32GetDatum(queue_id), TimestampTzGetDatum(now)};
     return count_of(s_live, v);
+}
+
+int64 claims_upper_bound() {
+    Oid nsp = get_namespace_oid("claim", true);
+    Oid relid = OidIsValid(nsp) ? get_relname_relid("claims", nsp) : InvalidOid;
+    if (!OidIsValid(relid)) return PG_INT64_MAX;
+    Relation rel = table_open(relid, AccessShareLock);
+    int64 bound = (int64)RelationGetNumberOfBlocks(rel) * MaxHeapTuplesPerPage;
+    table_close(rel, AccessShareLock);
+    return bound;
 }
 
 int64 earlier_in_group(int32 queue_id, Datum group_key, int64 id, int64 limit) {

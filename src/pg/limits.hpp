@@ -17,6 +17,11 @@ void unlock_queue_claims(int32 queue_id);
 // Live claims of the queue at `now`, in the latest committed state.
 int64 live_claims(int32 queue_id, TimestampTz now);
 
+// An upper bound of the rows claim.claims holds (of every queue, live or
+// not): its pages times the most tuples a page holds. No SQL: a limit far
+// from binding needs no count.
+int64 claims_upper_bound();
+
 // Unfinished items of the group enqueued before `id`, counted up to `limit`.
 int64 earlier_in_group(int32 queue_id, Datum group_key, int64 id, int64 limit);
 
