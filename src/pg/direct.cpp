@@ -1,6 +1,7 @@
 // Server layer: see direct.hpp.
 #include "pg/direct.hpp"
 #include "pg/direct_tables.hpp"
+#include "pg/compat.hpp"
 
 #include <algorithm>
 
@@ -243,7 +244,7 @@ void insert_slot(Tables *t) {
     ExecStoreVirtualTuple(t->ins_slot);
     simple_table_tuple_insert(t->rri->ri_RelationDesc, t->ins_slot);
     if (t->rri->ri_NumIndices > 0)
-        (void)ExecInsertIndexTuples(t->rri, t->ins_slot, t->estate, false, false, nullptr, NIL);
+        (void)compat::insert_index_entries(t->rri, t->ins_slot, t->estate);
     ResetPerTupleExprContext(t->estate);
 }
 
