@@ -34,6 +34,40 @@ $pg_claim_update_guard$;
 -- ===========================================================================
 -- Public views that every driver loads
 -- ===========================================================================
+-- Every value of the extension's views loads in the usual drivers (psycopg,
+-- node-postgres, JDBC): no infinite timestamp, no row that is not what the
+-- view names. claim.release keeps the claims row of the item it gives back
+-- (its attempt count lives there) with lease_until = -infinity: that item is
+-- not claimed, so claimed_items leaves it out. A schedule whose time zone
+-- disappeared has next_run = infinity in claim.schedule_defs: the view shows
+-- NULL (it fires no more until claim.schedule repairs it). The other views
+-- (queue_stats, dead_items, finished_items, blocked_groups, leases) hold
+-- finite times only: they compare claim times with the clock, and every
+-- other time they show is a finite one written by the extension.
+
+DROP VIEW claim.claimed_items;
+CREATE VIEW claim.claimed_items AS
+SELECT q.name AS queue, c.item_id AS id, c.token, c.attempt, c.worker,
+       c.claimed_at, c.lease_until,
+       c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS live
+FROM claim._claim_rows('claim.claimed_items') c
+JOIN claim.queues q ON q.queue_id OPERATOR(pg_catalog.=) c.queue_id
+WHERE pg_catalog.isfinite(c.lease_until);
+COMMENT ON VIEW claim.claimed_items IS
+    'Live and expired claims (an item given back with claim.release is not claimed and not listed). Not on a hot standby (55000): claims are not replicated (read them on the primary).';
+GRANT SELECT ON claim.claimed_items TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.claimed_items TO claim_admin;
+
+DROP VIEW claim.schedules;
+CREATE VIEW claim.schedules AS
+SELECT s.name, s.cron, s.timezone, q.name AS queue,
+       CASE WHEN pg_catalog.isfinite(s.next_run) THEN s.next_run END AS next_run,
+       s.last_run, s.last_item, s.payload, s.group_key, s.priority
+FROM claim.schedule_defs s
+JOIN claim.queues q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id;
+COMMENT ON VIEW claim.schedules IS
+    'Recurring schedules. next_run is NULL when the schedule fires no more (its time zone is no longer known; claim.schedule with the same name repairs it).';
+GRANT SELECT ON claim.schedules TO claim_admin;
 
 -- ===========================================================================
 -- Claim core and transaction edges
