@@ -7,6 +7,7 @@
 #include "pg/pg.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 }
@@ -21,6 +22,17 @@ inline List *insert_index_entries(ResultRelInfo *rri, TupleTableSlot *slot, ESta
     return ExecInsertIndexTuples(rri, slot, estate, false, false, nullptr, NIL, false);
 #else
     return ExecInsertIndexTuples(rri, slot, estate, false, false, nullptr, NIL);
+#endif
+}
+
+// An index scan with nkeys scan keys and no ORDER BY operators. 18 added the
+// IndexScanInstrumentation argument (null: no EXPLAIN ANALYZE counters).
+inline IndexScanDesc begin_index_scan(Relation heap, Relation index, Snapshot snapshot,
+                                      int nkeys) {
+#if PG_VERSION_NUM >= 180000
+    return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
+#else
+    return index_beginscan(heap, index, snapshot, nkeys, 0);
 #endif
 }
 

@@ -184,7 +184,7 @@ Catalog cat;
 bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot) {
     ScanKeyData k;
     ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
-    IndexScanDesc scan = index_beginscan(heap, idx, snap, 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(heap, idx, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
     index_endscan(scan);
@@ -373,7 +373,7 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap) {
     ScanKeyData k;
     ScanKeyEntryInitialize(&k, 0, 1, BTEqualStrategyNumber, InvalidOid,
                            t->queues_name->rd_indcollation[0], F_TEXTEQ, name);
-    IndexScanDesc scan = index_beginscan(t->queues, t->queues_name, snap, 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(t->queues, t->queues_name, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     int32 id = -1;
     if (index_getnext_slot(scan, ForwardScanDirection, t->queue_slot)) {
