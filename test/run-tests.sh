@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/run-tests.sh — the README's test command (also what .ci/run calls).
 #
-# Run as root on Debian 12:  bash test/run-tests.sh
+# Run as root on Debian 12 (PostgreSQL 15), 13 (17) or sid (18):  bash test/run-tests.sh
 #
 # 1. test/setup.sh: installs what is missing, builds and installs the extension,
 #    creates the unprivileged user "pgclaim".
@@ -29,6 +29,8 @@
 #   a server that does not start, a timeout) counts as one failure.
 #
 # Environment:
+#   PG_MAJOR               PostgreSQL major where several are installed
+#                          (default: test/pg-major.sh picks the highest installed)
 #   PGCLAIM_USER           OS user that runs the servers   (default pgclaim)
 #   PGCLAIM_LAYER_TIMEOUT  seconds per layer at most       (default 900)
 #   PGCLAIM_TIME_BUDGET    seconds for all layers together (default 2700; a
@@ -43,9 +45,9 @@
 set -uo pipefail   # no -e: a failing layer must not stop the others
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+# PG_MAJOR, PG_BIN, PGXS_SRC (exported PG_MAJOR: setup and the script layers agree)
+. "$ROOT/test/pg-major.sh" || PG_MAJOR=""
 PG_CONFIG="$PG_BIN/pg_config"
-PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-900}"
 TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-2700}"
@@ -154,22 +156,38 @@ show_file() {
     return 0
 }
 
-# Count pg_regress / pg_isolation_regress result lines in a log:
+# Count pg_regress / pg_isolation_regress result lines in a log. Up to
+# PostgreSQL 15:
 #   "test name   ... ok   12 ms", "     name   ... FAILED   3 ms", "... failed (ignored)"
+# from 16 on (TAP):
+#   "ok 1         - name   12 ms", "not ok 2     + name   3 ms", "... # (ignored)"
 # Sets R_OK, R_FAIL, R_IGN and prints the names of failed tests.
+REGRESS_OLD_RE='^(test[[:space:]]+|[[:space:]]+)([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))'
+REGRESS_TAP_RE='^(not )?ok[[:space:]]+[0-9]+[[:space:]]+[-+][[:space:]]+([^[:space:]]+)[[:space:]]+[0-9.]+ ms(.*)$'
 count_regress_log() {
-    local log=$1 re='^(test[[:space:]]+|[[:space:]]+)([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))'
+    local log=$1
     R_OK=0; R_FAIL=0; R_IGN=0; R_FAILED_NAMES=()
     local line
     while IFS= read -r line; do
-        if [[ $line =~ $re ]]; then
+        if [[ $line =~ $REGRESS_OLD_RE ]]; then
             case "${BASH_REMATCH[3]}" in
                 ok) R_OK=$((R_OK + 1)) ;;
                 FAILED) R_FAIL=$((R_FAIL + 1)); R_FAILED_NAMES+=("${BASH_REMATCH[2]}") ;;
                 *) R_IGN=$((R_IGN + 1)) ;;
             esac
+        elif [[ $line =~ $REGRESS_TAP_RE ]]; then
+            if [[ ${BASH_REMATCH[3]} == *ignored* ]]; then R_IGN=$((R_IGN + 1))
+            elif [[ -z ${BASH_REMATCH[1]} ]]; then R_OK=$((R_OK + 1))
+            else R_FAIL=$((R_FAIL + 1)); R_FAILED_NAMES+=("${BASH_REMATCH[2]}")
+            fi
         fi
     done <"$log"
+}
+
+# regress_has_result LOG TEST: the log has a result line (either format) for TEST.
+regress_has_result() {
+    grep -qE "^(test[[:space:]]+|[[:space:]]+)$2[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))" "$1" ||
+        grep -qE "^(not )?ok[[:space:]]+[0-9]+[[:space:]]+[-+][[:space:]]+$2[[:space:]]+[0-9.]+ ms" "$1"
 }
 
 # ---------------------------------------------------------------------------
@@ -202,7 +220,7 @@ run_pg_regress_layer() {
     # server not started, timeout) is a failure too.
     local t missing=0
     for t in $list; do
-        if ! grep -qE "^(test[[:space:]]+|[[:space:]]+)$t[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))" "$log"; then
+        if ! regress_has_result "$log" "$t"; then
             missing=$((missing + 1)); R_FAILED_NAMES+=("$t (no result)")
         fi
     done
