@@ -28,7 +28,7 @@ WITH_PYTHON=0
 [[ "${1:-}" == --python ]] && WITH_PYTHON=1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PORT="${DEMO_PORT:-54329}"
 PRODUCERS="${DEMO_PRODUCERS:-3}"

@@ -39,7 +39,7 @@ NGROUPS=100000
 BULK_ROWS=100000
 PORT=5497
 RUN_USER=pgclaim
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
 [[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
 PGBIN=$("$PG_CONFIG" --bindir)
 

@@ -27,9 +27,10 @@ verdict() {
 bench_init() {
     BENCH_NAME=$1
     RUN_USER=${RUN_USER:-pgclaim}
-    PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    # PG_MAJOR / PG_CONFIG from the caller, else the major test/pg-major.sh picks
+    . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh" || die "no PostgreSQL found (run test/setup.sh)"
     [[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
-    command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-15)"
+    command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-$PG_MAJOR)"
     PGBIN=$("$PG_CONFIG" --bindir)
     local b
     for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done

@@ -34,12 +34,12 @@ P=4
 log() { printf '[proxy bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
 PGBIN=$("$PG_CONFIG" --bindir)
 SHARE=$("$PG_CONFIG" --sharedir)
 [[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (run test/setup.sh)"
 [[ -f $SHARE/extension/pg_claim_proxy.control ]] || die "pg_claim_proxy is not installed (make -C proxy install)"
-[[ -f $SHARE/extension/plproxy.control ]] || die "PL/Proxy is not installed (apt-get install postgresql-15-plproxy)"
+[[ -f $SHARE/extension/plproxy.control ]] || die "PL/Proxy is not installed (apt-get install postgresql-$PG_MAJOR-plproxy)"
 
 if [[ $(id -u) == 0 ]]; then
     AS=(runuser -u "$RUN_USER" --)
