@@ -41,7 +41,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PY=/usr/bin/python3
 DB=drivers
