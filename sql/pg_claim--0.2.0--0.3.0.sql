@@ -31,6 +31,127 @@ $pg_claim_update_guard$;
 -- Tokens and partitions; array forms with names of their own
 -- ===========================================================================
 
+-- Tokens are at most 2^53 - 1, whatever the partition (docs/partitions.md):
+-- bits 52..47 hold the partition (0..63), bits 46..0 the count within it.
+-- claim.token_seq hands out whole tokens: its range is the block of the
+-- database's partition, so every session hands out the tokens of that one
+-- partition whatever its settings say. The partition is pg_claim.partition
+-- when the extension is created or updated; claim.set_partition raises it.
+-- A 0.2.0 token above 2^53 - 1 stays valid, and claim.token_partition still
+-- reads its partition from its bits 62..53. In partition 0 the count goes on
+-- where 0.2.0 stopped, so every later token is higher than every earlier one.
+DO $pg_claim_tokens$
+DECLARE
+    setting text := pg_catalog.current_setting('pg_claim.partition', true);
+    p bigint;
+    counted bigint;
+    unit CONSTANT bigint := 140737488355328;  -- 2^47: one partition's block
+BEGIN
+    IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+        p := 0;
+    ELSIF setting !~ '^\s*[0-9]{1,3}\s*$' OR setting::integer OPERATOR(pg_catalog.>) 63 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('pg_claim.partition is %s, but partitions are numbered 0 to 63', setting),
+            HINT = 'Tokens carry the partition in 6 bits, so that no token exceeds 2^53 - 1 (docs/partitions.md). Renumber the partitions below 64 before updating.';
+    ELSE
+        p := setting::bigint;
+    END IF;
+    -- The count that 0.2.0 reached in this database (its sequence held the
+    -- count; the partition was added on top), read under the lock that
+    -- ALTER SEQUENCE takes, which keeps nextval waiting until the update
+    -- commits.
+    ALTER SEQUENCE claim.token_seq NO CYCLE;
+    SELECT s.last_value INTO counted FROM claim.token_seq s;
+    IF counted OPERATOR(pg_catalog.>=) (unit OPERATOR(pg_catalog.-) 4294967296) THEN
+        RAISE EXCEPTION USING ERRCODE = 'sequence_generator_limit_exceeded',
+            MESSAGE = pg_catalog.format('claim.token_seq is at %s, beyond the 2^47 tokens a partition holds', counted),
+            HINT = 'Tokens are at most 2^53 - 1 from pg_claim 0.3.0 on (docs/partitions.md).';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'ALTER SEQUENCE claim.token_seq MINVALUE %1$s START WITH %1$s MAXVALUE %2$s RESTART WITH %3$s',
+        (p OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) 1,
+        ((p OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.-) 1,
+        (p OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) (counted OPERATOR(pg_catalog.+) 1));
+END
+$pg_claim_tokens$;
+
+-- The durable ceiling of the tokens handed out: a token leaves the server
+-- only once this sequence (written and flushed by the library, as its owner)
+-- is at or above it, so the first grant after a server start moves
+-- claim.token_seq up to it and no further (README, "Tokens"). Nobody else
+-- reads or writes them.
+CREATE SEQUENCE claim.token_ceiling AS bigint MINVALUE 0 MAXVALUE 9007199254740991 START 0 NO CYCLE;
+SELECT pg_catalog.setval('claim.token_ceiling', s.last_value, true) FROM claim.token_seq s;
+-- The timeline the ceiling was last written on: a promoted standby, or a
+-- server recovered to a point in time, is on another one, and its first
+-- grant moves the sequence 2^32 further (the ceiling it replayed may lag the
+-- old primary's). It starts at the timeline of the last checkpoint.
+CREATE SEQUENCE claim.token_timeline AS bigint MINVALUE 0 MAXVALUE 4294967295 START 0 NO CYCLE;
+SELECT pg_catalog.setval('claim.token_timeline', c.timeline_id, true)
+  FROM pg_catalog.pg_control_checkpoint() c;
+REVOKE ALL ON SEQUENCE claim.token_ceiling, claim.token_timeline FROM PUBLIC;
+
+-- claim.partition() -> int: the partition whose tokens this database hands
+-- out (that of claim.token_seq's range).
+CREATE FUNCTION claim.partition()
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT (s.seqmax OPERATOR(pg_catalog.>>) 47)::integer
+  FROM pg_catalog.pg_sequence s
+ WHERE s.seqrelid OPERATOR(pg_catalog.=) 'claim.token_seq'::pg_catalog.regclass
+$$;
+
+-- claim.set_partition(partition int) -> int: moves this database's tokens
+-- to a higher partition (or confirms the one it has), and sets
+-- pg_claim.partition for the database and this session. Tokens keep
+-- increasing: every token of a higher partition is above every token of a
+-- lower one, and a lower partition is refused. Sessions opened before it are
+-- refused tokens (55000) until they reconnect. Superuser: it alters the
+-- sequence and the database's settings.
+CREATE FUNCTION claim.set_partition(partition integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unit CONSTANT bigint := 140737488355328;  -- 2^47
+    current integer;
+    counted bigint;
+BEGIN
+    IF partition IS NULL OR partition OPERATOR(pg_catalog.<) 0 OR partition OPERATOR(pg_catalog.>) 63 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('partition %s is out of range', COALESCE(partition::text, 'NULL')),
+            HINT = 'Partitions are numbered 0 to 63.';
+    END IF;
+    -- Grants wait until this transaction ends (the lock of ALTER SEQUENCE).
+    ALTER SEQUENCE claim.token_seq NO CYCLE;
+    current := claim.partition();
+    IF partition OPERATOR(pg_catalog.<) current THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('partition %s is lower than this database''s partition %s', partition, current),
+            HINT = 'Its tokens would be lower than those already handed out, and fencing needs them to increase. A partition is only ever raised (docs/partitions.md).';
+    END IF;
+    IF partition OPERATOR(pg_catalog.>) current THEN
+        SELECT s.last_value OPERATOR(pg_catalog.-) (current::bigint OPERATOR(pg_catalog.*) unit)
+          INTO counted FROM claim.token_seq s;
+        EXECUTE pg_catalog.format(
+            'ALTER SEQUENCE claim.token_seq MINVALUE %1$s START WITH %1$s MAXVALUE %2$s RESTART WITH %3$s',
+            (partition::bigint OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) 1,
+            ((partition::bigint OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.-) 1,
+            (partition::bigint OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) (counted OPERATOR(pg_catalog.+) 1));
+    END IF;
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET pg_claim.partition = %s',
+                              pg_catalog.current_database(), partition);
+    PERFORM pg_catalog.set_config('pg_claim.partition', partition::text, false);
+    RETURN partition;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim.set_partition(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.partition() TO claim_producer, claim_worker, claim_admin;
+
+
 -- ===========================================================================
 -- Public views that every driver loads
 -- ===========================================================================
