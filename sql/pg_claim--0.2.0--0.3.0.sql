@@ -208,6 +208,10 @@ GRANT SELECT ON claim.schedules TO claim_admin;
 --   claim.lease_released  (UNLOGGED) releases of lease slots.
 --   claim.lease_holders   live leases: every lease is free after a restore,
 --                         and the tokens of its holders are refused.
+--   claim.token_ceiling, claim.token_timeline (where they exist): the
+--                         durable ceiling of the tokens and its timeline
+--                         belong to the server that wrote them; the restored
+--                         claim.token_seq is the floor of the target's tokens.
 -- claim.finished is partitioned: its rows are dumped from its partitions.
 -- Regression test dump_coverage fails when a table or sequence of the
 -- extension is neither marked here nor on that list.

@@ -15,7 +15,12 @@ INSERT INTO volatile VALUES
     -- UNLOGGED: releases of lease slots.
     ('claim.lease_released', 'lease releases'),
     -- Live leases: every lease is free after a restore.
-    ('claim.lease_holders', 'live leases');
+    ('claim.lease_holders', 'live leases'),
+    -- The durable ceiling of the tokens and the timeline it was written on
+    -- belong to the server that wrote them: the restored claim.token_seq is
+    -- the floor, and the target raises its own ceiling from there.
+    ('claim.token_ceiling', 'token ceiling of the dumped server'),
+    ('claim.token_timeline', 'timeline of the dumped server');
 
 CREATE TEMP VIEW members AS
 SELECT c.oid, c.oid::regclass::text AS rel, c.relkind, c.relpersistence,
@@ -38,9 +43,16 @@ FROM members m
 WHERE m.cond IS NULL AND NOT EXISTS (SELECT FROM volatile v WHERE v.rel = m.rel)
 ORDER BY 1;
 
--- 2. The volatile ones exist and are not marked.
-SELECT v.rel, v.why, m.rel IS NOT NULL AS exists, m.cond IS NOT NULL AS dumped
-FROM volatile v LEFT JOIN members m ON m.rel = v.rel
+-- 2. No volatile one is marked. No rows.
+SELECT v.rel AS volatile_but_dumped
+FROM volatile v JOIN members m ON m.rel = v.rel
+WHERE m.cond IS NOT NULL
+ORDER BY v.rel;
+
+-- The live claims, releases and leases are on the list and exist.
+SELECT v.rel, v.why, m.relpersistence
+FROM volatile v JOIN members m ON m.rel = v.rel
+WHERE v.rel IN ('claim.claims', 'claim.lease_released', 'claim.lease_holders')
 ORDER BY v.rel;
 
 -- 3. No unlogged table is marked: its rows do not survive a crash, and
