@@ -253,8 +253,20 @@ say "dashboards: $ADMIN_URL (claim_admin), $RO_URL (read only)"
 check "the dashboard answers /healthz" ok "$(curl -s "${ADMIN_URL}healthz" 2>/dev/null | tr -d '\n' || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' "${ADMIN_URL}healthz")"
 
 # --- 5. the browser -----------------------------------------------------------------
-# The charts need samples: the dashboards sample every second.
-sleep 3
+# The charts need samples (the dashboards take one a second): five seconds of
+# traffic in a queue of its own, then a pause, so the page's counts hold still.
+psql_run >/dev/null <<'SQL' || { FAILED=$((FAILED + 1)); echo "FAIL  the traffic for the charts"; }
+SELECT claim.create_queue('traffic', lease => '1 hour');
+DO $$ BEGIN
+    FOR i IN 1 .. 25 LOOP
+        PERFORM claim.enqueue('traffic', pg_catalog.jsonb_build_object('i', i)) FROM generate_series(1, 8);
+        PERFORM claim.complete(token) FROM claim.claim_next('traffic', n => 5);
+        COMMIT;
+        PERFORM pg_sleep(0.2);
+    END LOOP;
+END $$;
+SQL
+sleep 2
 mkdir -p "$ARTIFACTS"
 EXPECT='{"emails": {"ready": 5, "in_flight": 1, "dead_items": 2, "scheduled": 0, "paused": "no",
                     "enqueued_total": 8, "claimed_total": 3, "failed_total": 2, "dead_total": 2},

@@ -247,7 +247,7 @@ fill_claim() {
         c=$(( n - done_ < chunk ? n - done_ : chunk ))
         keys=
         [[ -n $gexpr ]] && keys=", ARRAY(SELECT ($gexpr)::text FROM generate_series($((done_ + 1)), $((done_ + c))) g)"
-        echo "SELECT count(*) FROM claim.enqueue_batch('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g)$keys);"
+        echo "SELECT count(*) FROM claim.enqueue_many('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g)$keys);"
         done_=$(( done_ + c ))
     done | sql >/dev/null
     t1=$(now_s)

@@ -141,7 +141,7 @@ fill() {
     for q in $(seq 0 15); do
         k=${HOME[$q]}
         if [[ $q == 0 ]]; then n=$((DUR * 8000)); else n=$((DUR * 1500)); fi
-        sql "$k" -c "SELECT count(*) FROM claim.enqueue_batch('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
+        sql "$k" -c "SELECT count(*) FROM claim.enqueue_many('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
     done
     for k in 0 1 2 3; do sql "$k" -c "VACUUM ANALYZE" >/dev/null; done
 }

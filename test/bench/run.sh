@@ -118,7 +118,7 @@ bench_cluster "$PORT" "$([[ ${BENCH_STATS:-0} == 1 ]] && echo "pg_stat_statement
 bench_scripts   # claim_one, base_one, update_ref, durable_job_ref (lib.sh)
 cat >"$S/claim_batch.sql" <<EOF
 SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
-SELECT claim.complete(:tokens::bigint[]);
+SELECT claim.complete_many(:tokens::bigint[]);
 EOF
 cat >"$S/base_batch.sql" <<EOF
 WITH c AS (

@@ -184,7 +184,7 @@ class Producer(Client):
             gs = [self.group() for _ in range(size)]
             with conn.transaction():
                 ids = [r[0] for r in conn.execute(
-                    "SELECT claim.enqueue_batch('soak_q', %s::jsonb[], %s::text[])",
+                    "SELECT claim.enqueue_many('soak_q', %s::jsonb[], %s::text[])",
                     ([Jsonb({"k": k}) for k in ks], gs)).fetchall()]
                 if len(ids) != size:
                     raise RuntimeError(f"enqueue_batch returned {len(ids)} ids for {size}")
@@ -256,7 +256,7 @@ class Worker(Client):
                     "INSERT INTO soak_effects (item_id, k, queue, group_key, token, worker)"
                     " VALUES (%s, %s, %s, %s, %s, %s)",
                     [(r[0], item_key(r[3]), queue, r[2], r[1], self.name) for r in rows])
-            done = conn.execute("SELECT claim.complete(%s::bigint[])", (tokens,)).fetchone()[0]
+            done = conn.execute("SELECT claim.complete_many(%s::bigint[])", (tokens,)).fetchone()[0]
             if done != len(rows):
                 raise RuntimeError(f"complete of {tokens} finished {done} items, expected {len(rows)}")
         count("completed", len(rows))

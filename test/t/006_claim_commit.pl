@@ -33,7 +33,7 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 $node->safe_psql('postgres', q{SELECT claim.create_queue('cq', lease => '1 hour')});
 $node->safe_psql('postgres',
-	q{SELECT count(*) FROM claim.enqueue_batch('cq', array_fill('{}'::jsonb, ARRAY[1000]))});
+	q{SELECT count(*) FROM claim.enqueue_many('cq', array_fill('{}'::jsonb, ARRAY[1000]))});
 $node->safe_psql('postgres', 'CREATE TABLE side (id int PRIMARY KEY)');
 # The first grant after start-up moves the token sequence and flushes: out of the way.
 $node->safe_psql('postgres', q{SELECT count(*) FROM claim.claim_next('cq')});
@@ -68,7 +68,7 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.claimed_items'),
 # Group claims too: 200 groups of two items, one group_claim each.
 $node->safe_psql('postgres', q{SELECT claim.create_queue('gq', lease => '1 hour')});
 $node->safe_psql('postgres',
-	q{SELECT count(*) FROM claim.enqueue_batch('gq', array_fill('{}'::jsonb, ARRAY[400]),
+	q{SELECT count(*) FROM claim.enqueue_many('gq', array_fill('{}'::jsonb, ARRAY[400]),
 	    ARRAY(SELECT (g % 200)::text FROM generate_series(1, 400) g))});
 $node->safe_psql('postgres', 'CHECKPOINT');
 $n = syncs_of(join "\n",

@@ -345,7 +345,7 @@ $src->safe_psql('postgres', 'CREATE DATABASE busy');
 $src->safe_psql('busy', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('w', lease => '1 hour', retain => '1 hour');
-	SELECT claim.enqueue_batch('w', array_agg(jsonb_build_object('n', g))) FROM generate_series(1, 6000) g;
+	SELECT claim.enqueue_many('w', array_agg(jsonb_build_object('n', g))) FROM generate_series(1, 6000) g;
 	-- What the worker did, written in the transaction that completes the item.
 	CREATE TABLE done (id bigint NOT NULL, at_source boolean NOT NULL DEFAULT true);
 	CREATE PROCEDURE work(pause float8) LANGUAGE plpgsql AS $$

@@ -147,21 +147,21 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 
 # fail and release route by token; array complete of one partition is atomic
 {
-	my $ids = f(q{SELECT count(*) FROM claim.enqueue_batch('q5', ARRAY['{}','{}','{}']::jsonb[])});
+	my $ids = f(q{SELECT count(*) FROM claim.enqueue_many('q5', ARRAY['{}','{}','{}']::jsonb[])});
 	is($ids, 3, 'enqueue_batch through the front');
 	my @t = split /\n/, f(q{SELECT token FROM claim.claim_next('q5', 3)});
 	is(scalar(@t), 3, 'three claimed');
 	is(f("SELECT claim.fail($t[0], 'boom', '0')"), 1, 'fail through the front');
 	is(f("SELECT claim.release($t[1])"), 1, 'release through the front');
-	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$t[2], $t[1]])')"), 'PC001',
+	is(f("SELECT sqlstate_of('SELECT claim.complete_many(ARRAY[$t[2], $t[1]])')"), 'PC001',
 		'a batch with a stale token: PC001, nothing completed');
-	is(f("SELECT claim.complete(ARRAY[$t[2]])"), 1, 'its live token still completes');
+	is(f("SELECT claim.complete_many(ARRAY[$t[2]])"), 1, 'its live token still completes');
 	f(q{SELECT claim.enqueue('q2')});
 	my $other = f(q{SELECT token FROM claim.claim_next('q2')});
 	my $live5 = f(q{SELECT token FROM claim.claim_next('q5')});
-	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$other, $live5])')"), 'PC001',
+	is(f("SELECT sqlstate_of('SELECT claim.complete_many(ARRAY[$other, $live5])')"), 'PC001',
 		'a batch goes to the partition of its first token: one of another partition is unknown there');
-	is(f("SELECT claim.complete(ARRAY[$other, $live5], skip_stale => true)"), 1,
+	is(f("SELECT claim.complete_many(ARRAY[$other, $live5], skip_stale => true)"), 1,
 		'with skip_stale it is skipped and the rest completed');
 	is(f("SELECT claim.release($live5)"), 1, 'the skipped token\'s claim was left alone');
 }
@@ -183,7 +183,7 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 	f(qq{SELECT claim.resume('$q')});
 	my $tok = f(qq{SELECT token FROM claim.claim_next('$q')});
 	ok($tok, 'after resume it does');
-	is(f(qq{SELECT claim.cancel('$q', ARRAY[$id])}), 1, 'cancel through the front');
+	is(f(qq{SELECT claim.cancel_many('$q', ARRAY[$id])}), 1, 'cancel through the front');
 	is(f("SELECT sqlstate_of('SELECT claim.complete($tok)')"), 'PC001',
 		'the cancelled claim\'s token is stale');
 }
@@ -239,7 +239,7 @@ ok($parts[$wk]->poll_query_until('postgres', qq{
 f(qq{SELECT claim.enqueue('$wq', '{"w": "woken"}')});
 $w->[0]->finish;
 is(${ $w->[1] }, "woken\n", 'an enqueue through the front wakes the waiter with its item');
-f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+f(q{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
 
 # pg_cancel_backend on the front ends the wait on the partition
 $w = bg(qq{SELECT count(*) FROM claim.claim_next('$wq', wait => '60 s')});
@@ -272,7 +272,7 @@ ok($parts[$wk]->poll_query_until('postgres', q{
 	  AND pid <> pg_backend_pid()}), 'no waiter lingers on the partition after the timeout');
 is(f(qq{SELECT claim.enqueue('$wq', '{"w": "after"}') > 0}), 't', 'the queue works after the cancels');
 is(f(qq{SELECT count(*) FROM claim.claim_next('$wq')}), 1, 'and its item is claimable');
-f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+f(q{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
 
 # ------------------------------------------- fencing: leases, once, guards
 # Two front sessions: the fixture (f) and a second psql (bg2).
@@ -356,8 +356,8 @@ f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queu
 		2, 'and keep their partition bits');
 	is(f("SELECT sqlstate_of('SELECT claim.complete($before)')"), 'PC001',
 		'the token from before the crash is stale');
-	is(f("SELECT claim.complete(ARRAY[" . join(',', @after) . "])"), 2, 'the new ones complete');
-	f(qq{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
+	is(f("SELECT claim.complete_many(ARRAY[" . join(',', @after) . "])"), 2, 'the new ones complete');
+	f(qq{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
 }
 
 # ------------------------------------------------- 8 workers, 16 queues
@@ -365,7 +365,7 @@ f(join('', map { "SELECT claim.create_queue('$_', lease => '5 minutes');\n" } @d
 my $per = int($ITEMS / 16);
 my $total = $per * 16;
 f(join('', map {
-	"SELECT count(*) FROM claim.enqueue_batch('$_', ARRAY(SELECT jsonb_build_object('q', '$_', 'i', g) FROM generate_series(1, $per) g));\n"
+	"SELECT count(*) FROM claim.enqueue_many('$_', ARRAY(SELECT jsonb_build_object('q', '$_', 'i', g) FROM generate_series(1, $per) g));\n"
 } @drain));
 f(q{CREATE TABLE done (queue text NOT NULL, id bigint NOT NULL, token bigint NOT NULL)});
 is(f(q{SELECT sum(ready) FROM claim.queue_stats WHERE queue LIKE 'd%'}), $total, "$total items over 16 queues");
@@ -376,7 +376,7 @@ print $fh <<'SQL';
 \set q random(0, 15)
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS toks FROM claim.claim_next('d' || :q, 50) \gset
 INSERT INTO done SELECT 'd' || :q, unnest(':ids'::bigint[]), unnest(':toks'::bigint[]);
-SELECT claim.complete(':toks'::bigint[]);
+SELECT claim.complete_many(':toks'::bigint[]);
 SQL
 close $fh;
 

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "clients", "python"))
     import pg_claim
 
-from .charts import COUNTERS, History, depth_series, rate_series, svg_chart
+from .charts import COUNTERS, History, depth_series, rate_series, span_of, svg_chart
 
 __all__ = ["Dashboard", "main"]
 
@@ -264,17 +264,18 @@ class Dashboard:
         links = [f'<a href="{esc(view.url(queue=""))}"{" class=current" if view.queue is None else ""}>all queues</a>']
         links += [f'<a href="{esc(view.url(queue=q))}"{" class=current" if view.queue == q else ""}>{esc(q)}</a>'
                   for q in queues]
+        span = span_of(samples, now)
         since = ""
         if samples and samples[0][0] > now - 3500:
-            since = f" (samples since {_dt.datetime.fromtimestamp(samples[0][0]).strftime('%H:%M:%S')}, when the dashboard started)"
+            since = f" (sampled since {_dt.datetime.fromtimestamp(samples[0][0]).strftime('%H:%M:%S')}, when the dashboard started)"
         empty = f"no samples yet: the dashboard samples every {self.history.every:g} s from its start"
         which = view.queue or "all queues"
         parts = [f'<p class="chart-nav">{" · ".join(links)}</p>',
                  '<div class="charts">',
-                 svg_chart("chart-depth", f"Queue depth, {which}: items", depth_series(samples, view.queue), now, empty)]
+                 svg_chart("chart-depth", f"Queue depth, {which}: items", depth_series(samples, view.queue), now, span, empty)]
         if self.history.counters:
             parts.append(svg_chart("chart-throughput", f"Throughput, {which}: items per second",
-                                   rate_series(samples, view.queue), now, empty))
+                                   rate_series(samples, view.queue), now, span, empty))
         else:
             parts.append(note("throughput needs claim.metrics(), which this role may not call (pg_monitor or claim_admin may)"))
         parts.append("</div>")

@@ -162,27 +162,48 @@ def fmt(v: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
+def span_of(samples: Sequence[Sample], now: float) -> float:
+    """The time a chart shows: the last hour, or since the first sample when
+    the dashboard has run for less (at least a minute)."""
+    if not samples:
+        return WINDOW
+    return min(WINDOW, max(60.0, now - samples[0][0]))
+
+
+def tick_step(span: float) -> float:
+    for step in (10, 30, 60, 120, 300, 600):
+        if span / step <= 6:
+            return float(step)
+    return 900.0
+
+
+def ago(seconds: float) -> str:
+    return f"-{seconds / 60:g} min" if seconds >= 60 else f"-{seconds:g} s"
+
+
 def svg_chart(cid: str, title: str, series: Iterable[Tuple[str, str, str, List[Tuple[float, float]]]],
-              now: float, empty_note: str) -> str:
-    """One chart of the last hour: a line per series, its last value in the
-    legend, and data-* attributes a test can read."""
+              now: float, span: float, empty_note: str) -> str:
+    """One chart of the `span` seconds before now: a line per series, its
+    last value in the legend, and data-* attributes a test can read."""
     series = list(series)
     W, H, ML, MR, MT, MB = 560, 190, 46, 12, 10, 24
     pw, ph = W - ML - MR, H - MT - MB
-    t0 = now - WINDOW
+    t0 = now - span
     ymax = nice_max(max([v for _, _, _, pts in series for _, v in pts] or [0]))
-    x = lambda t: ML + pw * min(1.0, max(0.0, (t - t0) / WINDOW))  # noqa: E731
+    x = lambda t: ML + pw * min(1.0, max(0.0, (t - t0) / span))  # noqa: E731
     y = lambda v: MT + ph * (1 - min(1.0, max(0.0, v / ymax)))     # noqa: E731
     parts = [f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
-             f'aria-label="{html.escape(title)}" data-ymax="{fmt(ymax)}">']
+             f'aria-label="{html.escape(title)}" data-ymax="{fmt(ymax)}" data-span="{span:.0f}">']
     for i in range(5):   # horizontal grid and y labels
         v = ymax * i / 4
         parts.append(f'<line x1="{ML}" x2="{W - MR}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e3e3e3"/>'
                      f'<text x="{ML - 4}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="10" fill="#666">{fmt(v)}</text>')
-    for m in range(0, 61, 10):   # x labels: minutes ago
-        xx = x(t0 + m * 60)
-        label = "now" if m == 60 else f"-{60 - m} min"
-        anchor = "end" if m == 60 else "start" if m == 0 else "middle"
+    step = tick_step(span)
+    ticks = [0.0] + [k * step for k in range(1, int(span // step) + 1) if k * step < span - step / 3] + [span]
+    for back in ticks:   # x labels: time before now
+        xx = x(now - back)
+        label = "now" if back == 0 else ago(back)
+        anchor = "end" if back == 0 else "start" if back == span else "middle"
         parts.append(f'<line x1="{xx:.1f}" x2="{xx:.1f}" y1="{MT}" y2="{MT + ph}" stroke="#f0f0f0"/>'
                      f'<text x="{xx:.1f}" y="{H - 6}" text-anchor="{anchor}" font-size="10" fill="#666">{label}</text>')
     parts.append(f'<rect x="{ML}" y="{MT}" width="{pw}" height="{ph}" fill="none" stroke="#bbb"/>')
