@@ -172,6 +172,7 @@ CREATE TABLE public.sent_mail (item_id bigint PRIMARY KEY, token bigint NOT NULL
 GRANT SELECT, INSERT ON public.sent_mail TO app;
 SELECT claim.create_queue('emails', lease => '30 seconds', max_attempts => 3, backoff => '1 hour',
                           retain => '1 hour');
+SELECT claim.create_queue('traps');
 EOF
 then
     fail "set-up of database $DB"; finish_line; exit 1
