@@ -64,7 +64,7 @@ fi
 
 # --- 1. packages --------------------------------------------------------------
 PACKAGES=(python3 python3-psycopg python3-asyncpg libpostgresql-jdbc-java default-jdk-headless
-          golang-go golang-github-jackc-pgx-v4-dev ruby ruby-pg perl libdbd-pg-perl libjson-pp-perl
+          golang-go golang-github-jackc-pgx-v4-dev ruby ruby-pg perl libdbd-pg-perl
           iproute2 util-linux)
 missing=()
 for p in "${PACKAGES[@]}"; do
