@@ -462,6 +462,60 @@ like($fresh, qr/^config claim\.items /m, 'the catalog description lists the dump
 is($dst->safe_psql('v2', $catalog_sql), $fresh, "the restored database's catalog equals a fresh $default install's");
 is($src->safe_psql('v2raw', $catalog_sql), $fresh, "... and so does the one restored from the un-updated dump");
 
+# A dump restored where a newer version is the default: the extension is
+# created at the dump's version first, everything but schema claim restored,
+# then updated (docs/operations.md, with the version this dump has).
+my $version = $src->safe_psql('app', q{SELECT extversion FROM pg_extension WHERE extname = 'pg_claim'});
+$dst->safe_psql('postgres', 'CREATE DATABASE r_pinned');
+$dst->safe_psql('r_pinned', "CREATE EXTENSION pg_claim VERSION '$version'");
+my $toc;
+{
+	local $ENV{PGHOST} = $dst->host;
+	local $ENV{PGPORT} = $dst->port;
+	IPC::Run::run([ 'pg_restore', '-l', $custom ], '>', \$toc) or die 'pg_restore -l failed';
+}
+like($toc, qr/ SCHEMA - claim /, "the dump's table of contents names schema claim");
+open(my $list, '>', "$tmp/pinned.list") or die $!;
+print $list join("\n", grep { !/ SCHEMA - claim / } split /\n/, $toc), "\n";
+close $list;
+run_ok($dst, [ 'pg_restore', '--exit-on-error', '-L', "$tmp/pinned.list", '-d', 'r_pinned', $custom ],
+	'restored into a database with the extension created at the dump\'s version');
+$dst->safe_psql('r_pinned', 'ALTER EXTENSION pg_claim UPDATE');
+is(state_of($dst, 'r_pinned'), $source_state, '... with all its state');
+
+# --- partitions ---------------------------------------------------------------------
+# A database of partition 2 restored with pg_restore -C hands out partition
+# 2's tokens, above the source's; restored into a database of partition 0,
+# the restore fails instead of handing out another partition's tokens.
+$src->safe_psql('postgres', 'CREATE DATABASE part');
+$src->safe_psql('part', q{
+	CREATE EXTENSION pg_claim;
+	SELECT claim.set_partition(2);
+});
+$src->safe_psql('part', q{
+	SELECT claim.create_queue('p');
+	SELECT claim.enqueue('p', '{}') FROM generate_series(1, 3);
+	SELECT claim.lease_acquire('lp', '1 hour');
+});
+my $part_token = $src->safe_psql('part', q{SELECT token FROM claim.claim_next('p')});
+is($src->safe_psql('part', "SELECT claim.token_partition($part_token)"), '2', 'the source hands out partition 2\'s tokens');
+run_ok($src, [ 'pg_dump', '-Fc', '-f', "$tmp/part.dump", 'part' ], 'pg_dump of a partition');
+run_ok($dst, [ 'pg_restore', '--exit-on-error', '-C', '-d', 'postgres', "$tmp/part.dump" ],
+	'restored with pg_restore -C');
+my $t2 = $dst->safe_psql('part', q{SELECT token FROM claim.claim_next('p')});
+is($dst->safe_psql('part', "SELECT claim.token_partition($t2)"), '2', '... it hands out partition 2\'s tokens');
+cmp_ok($t2, '>', $part_token, '... above the source\'s');
+$dst->safe_psql('postgres', 'CREATE DATABASE part_wrong');
+{
+	local $ENV{PGHOST} = $dst->host;
+	local $ENV{PGPORT} = $dst->port;
+	my ($out, $err);
+	my $ok = IPC::Run::run([ 'pg_restore', '--exit-on-error', '-d', 'part_wrong', "$tmp/part.dump" ],
+		'>', \$out, '2>', \$err);
+	ok(!$ok, 'restored into a database of partition 0, the restore fails');
+	like($err, qr/setval: value \d+ is out of bounds for sequence "token_seq"/, "... on setval of claim.token_seq");
+}
+
 $src->stop;
 $dst->stop;
 done_testing();
