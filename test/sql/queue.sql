@@ -58,7 +58,7 @@ SELECT pg_temp.try($$SELECT claim.enqueue_many('jobs', ARRAY['{}']::jsonb[], ARR
 SELECT pg_temp.try($$SELECT claim.enqueue_many('nope', ARRAY['{}']::jsonb[])$$);
 SELECT count(*) FROM claim.enqueue_many('jobs', ARRAY[]::jsonb[]);
 
-SELECT queue, ready, scheduled, claimed, dead FROM claim.queue_stats;
+SELECT queue, ready, scheduled, claimed, dead FROM claim.queue_stats ORDER BY queue;
 
 -- ---------------------------------------------------------------- claim_next
 -- priority first, then age

@@ -146,11 +146,14 @@ DROP EXTENSION pg_claim;
 SELECT count(*) AS roles_left FROM pg_roles WHERE rolname IN ('claim_producer', 'claim_worker', 'claim_admin');
 ALTER ROLE claim_worker LOGIN;
 \set VERBOSITY default
+-- no CONTEXT lines: PostgreSQL 18 adds the extension script's line to them
+\set SHOW_CONTEXT never
 CREATE EXTENSION pg_claim;
 ALTER ROLE claim_worker NOLOGIN;
 GRANT pg_read_all_data TO claim_admin;
 CREATE EXTENSION pg_claim;
 \set VERBOSITY terse
+\set SHOW_CONTEXT errors
 REVOKE pg_read_all_data FROM claim_admin;
 CREATE EXTENSION pg_claim;
 SELECT pg_has_role('regress_claim_w', 'claim_worker', 'USAGE') AS membership_kept;
