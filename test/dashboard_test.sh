@@ -234,9 +234,17 @@ run_checks resilience.py env PYTHONPATH="$ROOT/ops/dashboard" PYTHONDONTWRITEBYT
     DSN="$DSN" timeout 120 "$PY" "$ROOT/test/dashboard/resilience.py"
 
 # --- 4. dashboards ------------------------------------------------------------------
+# The admin dashboard connects with PG_CLAIM_DSN, the read-only one with
+# libpq's PG* variables alone (no DSN at all).
 start_dashboard() {  # start_dashboard ROLE LOG: sets URL (runs in this shell, so PIDS keeps the pid)
-    (cd "$ROOT/ops/dashboard" && exec "$PY" -m pg_claim_dashboard \
-        --dsn "host=$SCRATCH port=$PGPORT dbname=ops user=$1" --port 0 --sample 1 >"$2" 2>&1) &
+    local conn
+    if [[ $1 == dash_admin ]]; then
+        conn=(PG_CLAIM_DSN="host=$SCRATCH port=$PGPORT dbname=ops user=$1")
+    else
+        conn=(PGHOST="$SCRATCH" PGPORT="$PGPORT" PGDATABASE=ops PGUSER="$1")
+    fi
+    (cd "$ROOT/ops/dashboard" && exec env -u PG_CLAIM_DSN -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER -u PGSERVICE \
+        "${conn[@]}" "$PY" -m pg_claim_dashboard --port 0 --sample 1 >"$2" 2>&1) &
     PIDS+=($!)
     URL=""
     for _ in $(seq 100); do
@@ -249,7 +257,14 @@ start_dashboard dash_admin "$SCRATCH/dash-admin.log" || { cat "$SCRATCH/dash-adm
 ADMIN_URL="$URL"
 start_dashboard dash_viewer "$SCRATCH/dash-viewer.log" || { cat "$SCRATCH/dash-viewer.log"; fail_setup "the read-only dashboard did not start"; }
 RO_URL="$URL"
-say "dashboards: $ADMIN_URL (claim_admin), $RO_URL (read only)"
+say "dashboards: $ADMIN_URL (claim_admin, PG_CLAIM_DSN), $RO_URL (read only, PG* variables)"
+page_of() { curl -s "$1?refresh=0" 2>/dev/null || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1?refresh=0"; }
+check "PG_CLAIM_DSN: the dashboard connects as its user" yes \
+    "$(grep -q 'id="role">dash_admin<' <<<"$(page_of "$ADMIN_URL")" && echo yes || echo no)"
+check "PG* variables: the dashboard without a DSN connects as PGUSER to PGDATABASE" yes \
+    "$(grep -q 'database <b>ops</b> as <b id="role">dash_viewer<' <<<"$(page_of "$RO_URL")" && echo yes || echo no)"
+check "a DSN it cannot use ends the dashboard at once (exit 2)" 2 \
+    "$(cd "$ROOT/ops/dashboard" && PG_CLAIM_DSN="host=$SCRATCH port=1 dbname=ops connect_timeout=2" timeout 30 "$PY" -m pg_claim_dashboard --port 0 >/dev/null 2>&1; echo $?)"
 check "the dashboard answers /healthz" ok "$(curl -s "${ADMIN_URL}healthz" 2>/dev/null | tr -d '\n' || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' "${ADMIN_URL}healthz")"
 
 # --- 5. the browser -----------------------------------------------------------------
