@@ -17,7 +17,8 @@
 # Exit status: the command's; 3 when the root cannot be made here (not root, no
 # debootstrap, no mirror, no permission to mount), after a line
 # "fresh-root: skipped: REASON". The environment variables PG_MAJOR and
-# PGCLAIM_* are passed into the root.
+# PGCLAIM_* are passed into the root; FRESH_ROOT_CARRY=DIR copies DIR into it
+# as /root/carry (e.g. a dump made outside, test/major_dump.sh).
 set -uo pipefail
 
 suite=${1:?usage: .ci/fresh-root.sh SUITE [COMMAND]}
@@ -61,6 +62,9 @@ trap 'exit 130' INT TERM
 tar -C "$r" -xzf "$base" || skip "cannot unpack $base"
 git clone -q "$top" "$r/root/p" || { echo "fresh-root: git clone failed" >&2; exit 2; }
 cp /etc/resolv.conf "$r/etc/" 2>/dev/null
+if [[ -n ${FRESH_ROOT_CARRY:-} ]]; then
+    cp -r "$FRESH_ROOT_CARRY" "$r/root/carry" || { echo "fresh-root: cannot copy $FRESH_ROOT_CARRY" >&2; exit 2; }
+fi
 # A dated mirror snapshot's Release file may be past its Valid-Until: accept it
 # (the root lives for this one run).
 echo 'Acquire::Check-Valid-Until "false";' >"$r/etc/apt/apt.conf.d/99pg-claim-fresh-root"
