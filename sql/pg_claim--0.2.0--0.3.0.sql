@@ -256,7 +256,10 @@ BEGIN
     UPDATE claim.finished_ring
        SET current = NEW.current, opened_at = NEW.opened_at, closed_at = NEW.closed_at
      WHERE slot OPERATOR(pg_catalog.=) NEW.slot;
-    RETURN NULL;
+    IF FOUND THEN
+        RETURN NULL;    -- merged into the install's row
+    END IF;
+    RETURN NEW;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION claim._finished_ring_restore() FROM PUBLIC;
