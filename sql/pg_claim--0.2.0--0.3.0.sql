@@ -246,9 +246,6 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM claim.finished_ring r WHERE r.slot OPERATOR(pg_catalog.=) NEW.slot) THEN
-        RETURN NEW;
-    END IF;
     IF NEW.current THEN
         UPDATE claim.finished_ring SET current = false
          WHERE current AND slot OPERATOR(pg_catalog.<>) NEW.slot;
