@@ -12,7 +12,8 @@ from psycopg.types.json import Jsonb
 
 from ._common import Interval, to_interval
 from ._features import FEATURES_SQL, Features
-from .errors import map_error
+from .worker import default_conninfo
+from .errors import InvalidArgument, UnknownQueue, map_error
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class QueueStats:
 _STATS_FIELDS = ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age",
                  "waiting", "paused")
 
-Target = Union[str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
+Target = Union[None, str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
 
 
 def _call(name: str, positional: Sequence[Any], named: Dict[str, Any],
@@ -70,18 +71,23 @@ def _call(name: str, positional: Sequence[Any], named: Dict[str, Any],
 class Client:
     """Helpers over one connection.
 
-    Given a conninfo string, the client opens its own autocommit connection
+    Given a conninfo string (or None: ``$PG_CLAIM_DSN``, else libpq's
+    ``PG*`` variables), the client opens its own autocommit connection
     (closed by :meth:`close` or ``with``). Given a psycopg connection or
     cursor, it runs on that connection as it is: inside the caller's open
     transaction, committed or rolled back by the caller.
     """
 
-    def __init__(self, target: Target, *, prepare: bool = False,
+    def __init__(self, target: Target = None, *, prepare: bool = False,
                  connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
-        if isinstance(target, str):
+        if target is None or isinstance(target, str):
             kwargs = dict(connect_kwargs or {})
             kwargs.setdefault("prepare_threshold", 5 if prepare else None)
-            self.conn: psycopg.Connection[Any] = psycopg.connect(target, autocommit=True, **kwargs)
+            try:
+                self.conn: psycopg.Connection[Any] = psycopg.connect(
+                    default_conninfo(target), autocommit=True, **kwargs)
+            except psycopg.Error as exc:
+                raise map_error(exc) from exc
             self._owned = True
         elif isinstance(target, psycopg.Cursor):
             self.conn = target.connection
@@ -176,7 +182,8 @@ class Client:
         return ItemState(state=row[0], attempt=row[1], result=row[2], error=row[3], finished_at=row[4])
 
     def stats(self, queue: Optional[str] = None) -> List[QueueStats]:
-        """Rows of ``claim.queue_stats`` (one queue, or all)."""
+        """Rows of ``claim.queue_stats`` (one queue, or all). A queue that
+        does not exist raises :class:`UnknownQueue`."""
         cur = self._exec("SELECT * FROM claim.queue_stats" +
                          (" WHERE queue = %s" if queue is not None else "") + " ORDER BY queue",
                          (queue,) if queue is not None else None)
@@ -191,6 +198,9 @@ class Client:
                                   oldest_ready_age=rec.get("oldest_ready_age"),
                                   waiting=None if rec.get("waiting") is None else int(rec["waiting"]),
                                   paused=rec.get("paused"), extra=extra))
+        if queue is not None and not out:
+            raise UnknownQueue(f"queue \"{queue}\" does not exist", sqlstate="42704",
+                               hint="Create it with claim.create_queue().")
         return out
 
     def metrics(self) -> List[Dict[str, Any]]:
@@ -208,11 +218,25 @@ class Client:
         """``claim.create_queue`` with the named options given."""
         named: Dict[str, Any] = {"lease": to_interval(lease), "max_attempts": max_attempts,
                                  "backoff": to_interval(backoff)}
+        self._check_options("create_queue", options)
         named.update(options)
         call, params = _call("create_queue", [queue], named,
                              {"lease": "interval", "max_attempts": "int", "backoff": "interval",
                               "retain": "interval"})
         self._select(call, params)
+
+    def _check_options(self, function: str, options: Dict[str, Any]) -> None:
+        """InvalidArgument naming an option that claim.<function> does not
+        take (rather than the server's 42883 for the whole call)."""
+        known = set()
+        for names, _types in self.features.functions.get(function, ()):
+            known.update(names)
+        known.discard("queue")
+        for key in options:
+            if key not in known:
+                raise InvalidArgument(
+                    f"claim.{function}() has no option {key!r}", sqlstate="22023",
+                    hint="Its options: " + ", ".join(sorted(known)) + ".")
 
     def drop_queue(self, queue: str) -> None:
         self._exec("SELECT claim.drop_queue(%s)", (queue,))
