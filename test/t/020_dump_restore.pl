@@ -219,6 +219,26 @@ run_ok($src, [ 'pg_dump', '-Fc', '--data-only', '-f', $data, 'app' ], 'pg_dump -
 run_ok($src, [ 'pg_dumpall', '--roles-only', '-f', $globals ], 'pg_dumpall --roles-only');
 is(state_of($src, 'app'), $source_state, 'the dumps changed nothing in the source');
 
+# Who may dump: pg_dump reads schema claim (docs/operations.md).
+$src->safe_psql('app', q{
+	CREATE ROLE backup_app LOGIN;
+	GRANT SELECT ON orders TO backup_app;
+});
+{
+	local $ENV{PGHOST} = $src->host;
+	local $ENV{PGPORT} = $src->port;
+	my ($out, $err);
+	my $ok = IPC::Run::run([ 'pg_dump', '-U', 'backup_app', '-f', "$tmp/denied.sql", 'app' ],
+		'>', \$out, '2>', \$err);
+	ok(!$ok && $err =~ /permission denied for schema claim/,
+		'a role without rights on schema claim cannot dump the database');
+}
+run_ok($src, [ 'pg_dump', '-U', 'backup_app', "--exclude-table-data=claim.*", '-f', "$tmp/app_only.sql", 'app' ],
+	"... it can with --exclude-table-data='claim.*'");
+$src->safe_psql('app', q{GRANT pg_read_all_data TO backup_app});
+run_ok($src, [ 'pg_dump', '-U', 'backup_app', '-f', "$tmp/read_all.sql", 'app' ],
+	'... and as a member of pg_read_all_data');
+
 # The roles first, into the fresh cluster (docs/operations.md).
 run_ok($dst, [ 'psql', '-X', '-q', '-f', $globals, 'postgres' ], 'roles restored into the fresh cluster');
 
@@ -294,6 +314,8 @@ for my $r (@restored)
 	like($err, qr/PC001/, "$how: ... with PC001");
 	($rc, $out, $err) = $node->psql($db, "\\set VERBOSITY verbose\nSELECT claim.lease_renew('acct:1', $lease_token, '1 hour')");
 	like($err, qr/PC001/, "$how: the source's lease token is stale (PC001)");
+	is($node->safe_psql($db, "SELECT claim.lease_release('acct:1', $lease_token)"), 'f',
+		"$how: ... and releases nothing");
 
 	my $t = $node->safe_psql($db, q{SELECT token FROM claim.claim_next('jobs')});
 	cmp_ok($t, '>', $max_token, "$how: a claim's token is higher than every token of the source");
