@@ -122,7 +122,8 @@ $src->safe_psql('app', q{
 	SELECT claim.fail(token, 'broken for good') FROM claim.claim_next('fragile');
 });
 # A live claim and a live lease: not kept.
-my $claim_token = $src->safe_psql('app', q{SELECT token FROM claim.claim_next('jobs', worker => 'w1')});
+my ($claim_id, $claim_token, $claim_attempt) = split /\|/,
+  $src->safe_psql('app', q{SELECT id || '|' || token || '|' || attempt FROM claim.claim_next('jobs', worker => 'w1')});
 my $lease_token = $src->safe_psql('app', q{SELECT claim.lease_acquire('acct:1', '1 hour', 'host-a')});
 # Once keys and the guard ledger: a finished key, an abandoned one, a running one.
 $src->safe_psql('app', q{
@@ -317,8 +318,11 @@ for my $r (@restored)
 	is($node->safe_psql($db, "SELECT claim.lease_release('acct:1', $lease_token)"), 'f',
 		"$how: ... and releases nothing");
 
-	my $t = $node->safe_psql($db, q{SELECT token FROM claim.claim_next('jobs')});
+	my ($t, $attempt) = split /\|/, $node->safe_psql($db, qq{
+		SELECT min(token) || '|' || coalesce(max(attempt) FILTER (WHERE id = $claim_id), -1)
+		FROM claim.claim_next('jobs', n => 1000)});
 	cmp_ok($t, '>', $max_token, "$how: a claim's token is higher than every token of the source");
+	is($attempt, $claim_attempt, "$how: the item claimed at the dump is delivered with the same attempt number again");
 	$t = $node->safe_psql($db, q{SELECT claim.lease_acquire('acct:1', '1 minute', 'host-b')});
 	cmp_ok($t, '>', $max_token, "$how: ... a lease's too (the source's lease is free here)");
 	$t = $node->safe_psql($db, q{SELECT claim.guard_begin('charge:2', '1 minute')});
