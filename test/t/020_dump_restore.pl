@@ -534,6 +534,13 @@ run_ok($dst, [ 'pg_restore', '--exit-on-error', '-C', '-d', 'postgres', "$tmp/pa
 my $t2 = $dst->safe_psql('part', q{SELECT token FROM claim.claim_next('p')});
 is($dst->safe_psql('part', "SELECT claim.token_partition($t2)"), '2', '... it hands out partition 2\'s tokens');
 cmp_ok($t2, '>', $part_token, '... above the source\'s');
+$dst->safe_psql('postgres', 'CREATE DATABASE part_set');
+$dst->safe_psql('postgres', 'ALTER DATABASE part_set SET pg_claim.partition = 2');
+run_ok($dst, [ 'pg_restore', '--exit-on-error', '-d', 'part_set', "$tmp/part.dump" ],
+	'restored into a database set to partition 2 beforehand');
+$t2 = $dst->safe_psql('part_set', q{SELECT token FROM claim.claim_next('p')});
+is($dst->safe_psql('part_set', "SELECT claim.token_partition($t2)"), '2', '... it hands out partition 2\'s tokens');
+cmp_ok($t2, '>', $part_token, '... above the source\'s');
 $dst->safe_psql('postgres', 'CREATE DATABASE part_wrong');
 {
 	local $ENV{PGHOST} = $dst->host;
