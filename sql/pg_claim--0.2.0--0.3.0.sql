@@ -44,7 +44,7 @@ DO $pg_claim_tokens$
 DECLARE
     setting text := pg_catalog.current_setting('pg_claim.partition', true);
     p bigint;
-    counted bigint;
+    counted bigint;  -- tokens 1 .. counted of the partition may have been handed out
     unit CONSTANT bigint := 140737488355328;  -- 2^47: one partition's block
 BEGIN
     IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
@@ -61,7 +61,8 @@ BEGIN
     -- ALTER SEQUENCE takes, which keeps nextval waiting until the update
     -- commits.
     ALTER SEQUENCE claim.token_seq NO CYCLE;
-    SELECT s.last_value INTO counted FROM claim.token_seq s;
+    SELECT s.last_value OPERATOR(pg_catalog.-) (CASE WHEN s.is_called THEN 0 ELSE 1 END)
+      INTO counted FROM claim.token_seq s;
     IF counted OPERATOR(pg_catalog.>=) (unit OPERATOR(pg_catalog.-) 4294967296) THEN
         RAISE EXCEPTION USING ERRCODE = 'sequence_generator_limit_exceeded',
             MESSAGE = pg_catalog.format('claim.token_seq is at %s, beyond the 2^47 tokens a partition holds', counted),
@@ -125,6 +126,11 @@ BEGIN
             MESSAGE = pg_catalog.format('partition %s is out of range', COALESCE(partition::text, 'NULL')),
             HINT = 'Partitions are numbered 0 to 63.';
     END IF;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = 'cannot call claim.set_partition on a hot standby',
+            HINT = 'Connect to the primary: tokens are handed out there.';
+    END IF;
     -- Grants wait until this transaction ends (the lock of ALTER SEQUENCE).
     ALTER SEQUENCE claim.token_seq NO CYCLE;
     current := claim.partition();
@@ -135,6 +141,7 @@ BEGIN
     END IF;
     IF partition OPERATOR(pg_catalog.>) current THEN
         SELECT s.last_value OPERATOR(pg_catalog.-) (current::bigint OPERATOR(pg_catalog.*) unit)
+               OPERATOR(pg_catalog.-) (CASE WHEN s.is_called THEN 0 ELSE 1 END)
           INTO counted FROM claim.token_seq s;
         EXECUTE pg_catalog.format(
             'ALTER SEQUENCE claim.token_seq MINVALUE %1$s START WITH %1$s MAXVALUE %2$s RESTART WITH %3$s',
@@ -151,6 +158,48 @@ $$;
 REVOKE EXECUTE ON FUNCTION claim.set_partition(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.partition() TO claim_producer, claim_worker, claim_admin;
 
+-- Array forms have names of their own, so that a call with untyped
+-- parameters (claim.complete($1), claim.cancel($1, $2)) resolves to one
+-- function in every driver. The C functions are those of the dropped forms.
+DROP FUNCTION claim.complete(bigint[], boolean, jsonb[]);
+CREATE FUNCTION claim.complete_many(tokens bigint[], skip_stale boolean DEFAULT false,
+                                    results jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_complete_many';
+
+DROP FUNCTION claim.cancel(text, bigint[]);
+CREATE FUNCTION claim.cancel_many(queue text, ids bigint[])
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_cancel';
+
+-- One item: 1 when it was cancelled, 0 when it was not there to cancel.
+CREATE FUNCTION claim.cancel(queue text, id bigint)
+RETURNS integer
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT claim.cancel_many(queue, ARRAY[id]) $$;
+
+DROP FUNCTION claim.enqueue_batch(text, jsonb[], text[], timestamptz, integer, bigint[]);
+CREATE FUNCTION claim.enqueue_many(queue text,
+                                   payloads jsonb[],
+                                   group_keys text[] DEFAULT NULL,
+                                   run_at timestamptz DEFAULT NULL,
+                                   priority integer DEFAULT 0,
+                                   after bigint[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue_batch';
+
+GRANT EXECUTE ON FUNCTION claim.enqueue_many(text, jsonb[], text[], timestamptz, integer, bigint[])
+  TO claim_producer, claim_admin;
+GRANT EXECUTE ON FUNCTION claim.complete_many(bigint[], boolean, jsonb[]),
+                          claim.cancel_many(text, bigint[]),
+                          claim.cancel(text, bigint)
+  TO claim_worker, claim_admin;
 
 -- ===========================================================================
 -- Public views that every driver loads

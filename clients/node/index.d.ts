@@ -9,7 +9,14 @@ export type Duration = number | string;
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** A claimed item, as the handler sees it. Ids and tokens are bigint, given as decimal strings. */
+/**
+ * A claimed item, as the handler sees it. Ids and tokens are bigint, given as
+ * decimal strings. A token is a string end to end: the worker reads it as
+ * text, so no int8 type parser of the pool (such as setTypeParser(20,
+ * parseInt)) can change it, and sends it back as given. Every token of
+ * pg_claim 0.3.0 is at most 2^53 - 1 (Number.MAX_SAFE_INTEGER), so
+ * Number(job.token) and BigInt(job.token) are exact too.
+ */
 export interface Job<P = any> {
   queue: string;
   id: string;

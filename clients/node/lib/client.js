@@ -23,11 +23,15 @@ class Client {
     this._ownsPool = owned;
   }
 
-  async _query(sql, params, opts, fn) {
+  async _query(sql, params, opts, fn, older) {
     const on = (opts && opts.client) || this.pool;
     try {
       return await on.query(sql, params);
     } catch (err) {
+      // A server before pg_claim 0.3.0 names the array forms as overloads.
+      if (err && err.code === '42883' && older && !(opts && opts.client)) {
+        return this._query(older, params, opts, fn);
+      }
       if (err && err.code === '42883' && fn) {
         throw new NotSupportedError(`the server's pg_claim has no ${fn} of this form (${err.message})`, err);
       }
@@ -54,17 +58,18 @@ class Client {
   async enqueueBatch(queue, payloads, opts = {}) {
     if (!Array.isArray(payloads)) throw new TypeError('enqueueBatch: payloads must be an array');
     const { rows } = await this._query(
-      'SELECT id FROM claim.enqueue_batch($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
+      'SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
       [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
         opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority],
-      opts);
+      opts, null,
+      'SELECT id FROM claim.enqueue_batch($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id');
     return rows.map((r) => r.id);
   }
 
   /** Cancels items (live claims are revoked); resolves to how many. */
   async cancel(queue, ids, opts = {}) {
-    const { rows } = await this._query('SELECT claim.cancel($1::text, $2::bigint[]) AS n',
-      [queue, ids.map(String)], opts, 'claim.cancel');
+    const { rows } = await this._query('SELECT claim.cancel_many($1::text, $2::bigint[]) AS n',
+      [queue, ids.map(String)], opts, 'claim.cancel_many', 'SELECT claim.cancel($1::text, $2::bigint[]) AS n');
     return rows[0].n;
   }
 

@@ -270,7 +270,9 @@ class Worker extends EventEmitter {
     }
     call += ')';
     this.stats.claimCalls += 1;
-    const sql = 'SELECT id, token, payload, attempt, group_key, enqueued_at, lease_until, ' +
+    // Tokens come back as text: a decimal string end to end, whatever int8
+    // parser the pool has (setTypeParser(20, parseInt) cannot round one).
+    const sql = 'SELECT id, token::text AS token, payload, attempt, group_key, enqueued_at, lease_until, ' +
       '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
       `FROM ${call}`;
     try {
@@ -513,7 +515,7 @@ class Worker extends EventEmitter {
       this._completeEach(batch);
       return;
     }
-    this._track(this._pool.query('SELECT claim.complete($1::bigint[])', [batch.map((s) => s.job.token)]).then(
+    this._track(this._pool.query('SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
       () => { for (const s of batch) this._settled(s, 'completed'); },
       (err) => {
         // One stale token refuses the whole batch: complete one by one.
