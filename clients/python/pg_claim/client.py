@@ -150,10 +150,12 @@ class Client:
                       after: Optional[Sequence[int]] = None) -> List[int]:
         """Add many items in one statement; ids in the order of ``payloads``.
         ``after``: ids that must finish before any of these is ready."""
+        # enqueue_many from pg_claim 0.3.0 on; enqueue_batch before it.
+        name = "enqueue_many" if self.features.has("enqueue_many") else "enqueue_batch"
         if after is not None:
-            self.features.require("enqueue_batch", "after")
+            self.features.require(name, "after")
         docs = [Jsonb({} if p is None else p) for p in payloads]
-        call, params = _call("enqueue_batch", [queue, docs],
+        call, params = _call(name, [queue, docs],
                              {"group_keys": list(group_keys) if group_keys is not None else None,
                               "run_at": run_at, "priority": priority,
                               "after": list(after) if after is not None else None},
@@ -165,8 +167,11 @@ class Client:
     def cancel(self, queue: str, ids: Sequence[int]) -> int:
         """Cancel items; live claims on them are revoked (their tokens become
         stale). Returns how many were cancelled."""
-        self.features.require("cancel")
-        row = self._exec("SELECT claim.cancel(%s, %s::bigint[])", (queue, list(ids))).fetchone()
+        if self.features.has("cancel_many"):  # pg_claim 0.3.0 on
+            row = self._exec("SELECT claim.cancel_many(%s, %s::bigint[])", (queue, list(ids))).fetchone()
+        else:
+            self.features.require("cancel")
+            row = self._exec("SELECT claim.cancel(%s, %s::bigint[])", (queue, list(ids))).fetchone()
         assert row is not None
         return int(row[0] or 0)
 

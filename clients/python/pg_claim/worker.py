@@ -64,7 +64,7 @@ class ClaimSQL:
 LEASE_SECONDS_SQL = "SELECT pg_catalog.date_part('epoch', %s::interval)"
 COMPLETE_SQL = "SELECT claim.complete(%s::bigint)"
 COMPLETE_RESULT_SQL = "SELECT claim.complete(%s::bigint, %s::jsonb)"
-COMPLETE_MANY_SQL = "SELECT claim.complete(%s::bigint[], true)"
+COMPLETE_MANY_SQL = "SELECT claim.complete_many(%s::bigint[], true)"
 FAIL_SQL = "SELECT claim.fail(%s::bigint, %s, %s::interval)"
 EXTEND_SQL = "SELECT claim.extend(%s::bigint, %s::interval)"
 RELEASE_SQL = "SELECT claim.release(%s::bigint)"
