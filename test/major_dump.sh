@@ -50,7 +50,6 @@ case $MODE in
 esac
 mkdir -p "$DIR"
 ensure_user
-chown "$RUN_USER:" "$DIR"
 CL_DB=app
 
 # What the views show, one block per view, rows sorted. Not compared (a
@@ -113,7 +112,8 @@ EOF
                     SELECT token FROM claim.lease_holders UNION ALL SELECT token FROM claim.guards) s" >"$DIR/max_token"
     state_of >"$DIR/state" || { fail "read the source's views"; return; }
     echo "$PG_MAJOR" >"$DIR/major"
-    if as_user pg_dump -h "$CL_DIR" -p "$CL_PORT" -Fc -f "$DIR/app.dump" app; then
+    # written by this shell (root): DIR need not be open to the server's user
+    if as_user pg_dump -h "$CL_DIR" -p "$CL_PORT" -Fc app >"$DIR/app.dump"; then
         pass "pg_dump $PG_MAJOR: the source database dumped ($(wc -c <"$DIR/app.dump") bytes, highest token $(cat "$DIR/max_token"))"
     else
         fail "pg_dump of the source database"
@@ -129,7 +129,7 @@ do_restore() {
     cluster_init major-dump-dst </dev/null
     cluster_start || { fail "the target server starts"; return; }
     CL_DB=postgres psql_cl -c 'CREATE DATABASE app' >/dev/null
-    if as_user pg_restore -h "$CL_DIR" -p "$CL_PORT" -d app --exit-on-error "$DIR/app.dump"; then
+    if as_user pg_restore -h "$CL_DIR" -p "$CL_PORT" -d app --exit-on-error <"$DIR/app.dump"; then
         pass "pg_restore $PG_MAJOR: the dump of PostgreSQL ${from:-?} restored without an error"
     else
         fail "pg_restore of the dump"; return
