@@ -13,6 +13,7 @@
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest
 #      clients    test/clients.sh: the Python and Node clients, also through PgBouncer
+#      drivers    test/drivers.sh: the worker of docs/drivers.md in seven drivers
 #      ops        test/exporter_test.sh, test/dashboard_test.sh
 #      hardening  test/soak.sh, test/sqlsmith.sh, test/memory_flat.sh
 # 4. Prints a per-layer summary and, as the very last line: "N passed, N failed".
@@ -37,7 +38,7 @@
 #                          layer gets what is left, at most the layer timeout)
 #   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
 #   PGCLAIM_LAYERS         layers to run, space-separated  (default: regress
-#                          isolation tap unit clients ops hardening; also
+#                          isolation tap unit clients drivers ops hardening; also
 #                          valgrind, which is slow: see docs/hardening.md)
 #   PGCLAIM_SOAK_SECONDS, PGCLAIM_SQLSMITH_SECONDS  (default 60 each)
 #   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
@@ -51,7 +52,7 @@ PG_CONFIG="$PG_BIN/pg_config"
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-900}"
 TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-2700}"
-LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit clients ops hardening})
+LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit clients drivers ops hardening})
 
 declare -A PASSED FAILED NOTE
 TOTAL_PASSED=0
@@ -414,6 +415,7 @@ for layer in "${LAYERS[@]}"; do
         tap)       run_tap_layer ;;
         unit)      run_unit_layer ;;
         clients)   run_script_layer clients test/clients.sh ;;
+        drivers)   run_script_layer drivers test/drivers.sh ;;
         ops)       run_script_layer ops test/exporter_test.sh test/dashboard_test.sh ;;
         hardening) run_script_layer hardening "test/soak.sh ${PGCLAIM_SOAK_SECONDS:-60}" \
                                               "test/sqlsmith.sh ${PGCLAIM_SQLSMITH_SECONDS:-60}" \
