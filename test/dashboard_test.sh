@@ -32,9 +32,9 @@
 #      the charts of the last hour, the finished items with their results,
 #      that every action button is on screen, that auto-refresh reloads the
 #      page and stops when paused; clicks redrive on a dead item and sees it
-#      ready again, pauses and resumes a queue, and checks that the read-only
-#      dashboard has no buttons and refuses a POST; the database confirms
-#      the item's state.
+#      ready again, pauses and resumes a queue, cancels a claimed item, and
+#      checks that the read-only dashboard has no buttons and refuses a POST;
+#      the database confirms the items' states.
 # Screenshots (kept): test/artifacts/dashboard.png (the page as first shown,
 # charts included) and test/artifacts/dashboard-after-redrive.png.
 # The last line is "dashboard: N passed, N failed". Servers are stopped and
@@ -195,6 +195,7 @@ SELECT pg_sleep(0.5);
 SQL
 DEAD_ID="$(psql_run -Atc "SELECT min(id) FROM claim.dead_items WHERE queue = 'emails'")"
 RELEASED_ID="$(psql_run -Atc "SELECT id FROM archive_ids WHERE n = 3")"
+CLAIMED_ID="$(psql_run -Atc "SELECT id FROM claim.claimed_items WHERE worker = 'mailer-1'")"
 # pg_claim 0.2.0 lists a released claim in claimed_items with lease_until
 # -infinity, which psycopg cannot load: the dashboard must still show the page.
 as_user "$PG_BIN/createdb" -h "$SCRATCH" -p "$PGPORT" old
@@ -293,7 +294,7 @@ else
     BROWSER_CMD=(node browser.mjs)
 fi
 out="$(cd "$ROOT/test/dashboard" && DASH_URL="$ADMIN_URL" DASH_RO_URL="$RO_URL" EXPECT="$EXPECT" \
-       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" RELEASED_QUEUE=archive RELEASED_ID="$RELEASED_ID" \
+       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" RELEASED_QUEUE=archive RELEASED_ID="$RELEASED_ID" CLAIMED_ID="$CLAIMED_ID" \
        ARTIFACTS="$ARTIFACTS" PYTHONDONTWRITEBYTECODE=1 \
        timeout 180 "${BROWSER_CMD[@]}" 2>&1)"
 echo "$out"
@@ -308,6 +309,8 @@ check "the other dead item is still dead" 1 \
     "$(psql_run -Atc "SELECT count(*) FROM claim.dead_items WHERE queue = 'emails'")"
 check "the queue runs (resumed)" f "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'emails'")"
 check "the screenshot was taken" yes "$([[ -s "$ARTIFACTS/dashboard.png" ]] && echo yes || echo no)"
+check "the cancelled item is no longer claimed in the database" 0 \
+    "$(psql_run -Atc "SELECT count(*) FROM claim.claimed_items WHERE id = $CLAIMED_ID")"
 check "the queue archive stays paused" t "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'archive'")"
 say "screenshot: $ARTIFACTS/dashboard.png"
 finish

@@ -6,6 +6,7 @@
 //   EXPECT        JSON {queue: {column: value}} read from claim.metrics()
 //   DEAD_QUEUE, DEAD_ID   a dead item to redrive
 //   RELEASED_QUEUE, RELEASED_ID   an item given back with claim.release
+//   CLAIMED_ID    an item of DEAD_QUEUE under a live claim, to cancel
 //   ARTIFACTS     folder for the screenshots
 // Prints one "ok <what>" or "FAIL <what>: <why>" line per check. The page
 // is 1366 px wide, a common laptop screen.
@@ -154,7 +155,16 @@ try {
                      page.locator(`[data-testid="resume-${env.DEAD_QUEUE}"]`).click()]);
   check('resume shows it running', (await cell(env.DEAD_QUEUE, 'paused')) === 'no');
 
-  // 8. A role without claim_admin: no buttons, and a POST is refused.
+  // 8. Cancel a claimed item: its claim goes.
+  const claimRow = page.locator(`#claims tr[data-queue="${env.DEAD_QUEUE}"][data-id="${env.CLAIMED_ID}"]`);
+  check('the claimed item is listed', (await claimRow.count()) === 1);
+  await Promise.all([page.waitForNavigation(),
+                     page.locator(`[data-testid="cancel-${env.DEAD_QUEUE}-${env.CLAIMED_ID}"]`).click()]);
+  const cmsg = await page.locator('#msg').innerText().catch(() => '');
+  check('cancel reports one item cancelled', cmsg.includes('1 item(s) cancelled'), `message "${cmsg}"`);
+  check('the cancelled item is no longer claimed', (await claimRow.count()) === 0);
+
+  // 9. A role without claim_admin: no buttons, and a POST is refused.
   const ro = await browser.newPage();
   await ro.goto(url(env.DASH_RO_URL, '/?refresh=0'));
   check('the read-only dashboard says so', (await ro.locator('#mode').innerText()).includes('read only'));

@@ -8,6 +8,7 @@ be installed from npm. Environment (set by test/dashboard_test.sh):
   EXPECT        JSON {queue: {column: value}} read from claim.metrics()
   DEAD_QUEUE, DEAD_ID   a dead item to redrive
   RELEASED_QUEUE, RELEASED_ID   an item given back with claim.release
+  CLAIMED_ID    an item of DEAD_QUEUE under a live claim, to cancel
   ARTIFACTS     folder for the screenshots
 Prints one "ok <what>" or "FAIL <what>: <why>" line per check. The page is
 1366 px wide, a common laptop screen.
@@ -224,7 +225,15 @@ try:
     submit(f'[data-testid="resume-{env["DEAD_QUEUE"]}"]')
     check("resume shows it running", cell(env["DEAD_QUEUE"], "paused") == "no")
 
-    # 8. A role without claim_admin: no buttons, and a POST is refused.
+    # 8. Cancel a claimed item: its claim goes.
+    claim_css = f'#claims tr[data-queue="{env["DEAD_QUEUE"]}"][data-id="{env["CLAIMED_ID"]}"]'
+    check("the claimed item is listed", len(find_all(claim_css)) == 1)
+    submit(f'[data-testid="cancel-{env["DEAD_QUEUE"]}-{env["CLAIMED_ID"]}"]')
+    cmsg = text("#msg")
+    check("cancel reports one item cancelled", "1 item(s) cancelled" in cmsg, f'message "{cmsg}"')
+    check("the cancelled item is no longer claimed", len(find_all(claim_css)) == 0)
+
+    # 9. A role without claim_admin: no buttons, and a POST is refused.
     driver.get(url(env["DASH_RO_URL"], "/?refresh=0"))
     check("the read-only dashboard says so", "read only" in text("#mode"))
     check("the read-only dashboard has no buttons", len(find_all("button")) == 0)

@@ -51,6 +51,9 @@ try:
     check("0.2.0: the released claim is shown with the server's text for -infinity",
           row is not None and "-infinity" in row.group(0), row.group(0) if row else "no row")
     check("0.2.0: no section failed", "could not show this section" not in page)
+    with psycopg.connect(os.environ["OLD_DSN"], autocommit=True) as conn:
+        n = Dashboard.cancel(conn, "old", int(os.environ["OLD_RELEASED"]))
+    check("0.2.0: the cancel button's call (claim.cancel with an array) cancels the item", n == 1, f"{n}")
 
     # 2. Sections that fail: the others are shown, the failed ones say why.
     class Broken(Dashboard):

@@ -386,6 +386,17 @@ class Dashboard:
         return section(sid, counted(title, rows), table(cols, body))
 
     # -- actions -------------------------------------------------------------
+    @staticmethod
+    def cancel(conn: "psycopg.Connection[Any]", queue: str, ident: int) -> int:
+        """claim.cancel of one item, in the form this database's pg_claim has:
+        cancel(queue, id) with cancel_many for arrays, or cancel(queue, ids[])."""
+        one = conn.execute("SELECT pg_catalog.to_regprocedure('claim.cancel(text, bigint)') IS NOT NULL").fetchone()
+        if one and one[0]:
+            row = conn.execute("SELECT claim.cancel(%s::text, %s::bigint)", (queue, ident)).fetchone()
+        else:
+            row = conn.execute("SELECT claim.cancel(%s::text, %s::bigint[])", (queue, [ident])).fetchone()
+        return int(row[0] or 0) if row else 0
+
     def act(self, form: Dict[str, str]) -> Tuple[int, str]:
         """Runs one button's action; (HTTP status, message)."""
         if not self.actions:
@@ -412,7 +423,7 @@ class Dashboard:
                 if action == "cancel":
                     if ident is None:
                         return HTTPStatus.BAD_REQUEST, "cancel needs an item id"
-                    n = client.cancel(queue, [ident])
+                    n = self.cancel(conn, queue, ident)
                     return HTTPStatus.OK, f"cancel {queue} #{ident}: {n} item(s) cancelled"
                 if action == "pause":
                     client.pause(queue)
