@@ -92,7 +92,7 @@ log "starting 4 partitions and a front (ports $PORT0..$((PORT0 + 4)))"
 opts=()
 for k in 0 1 2 3; do
     start_node "$k" "p$k" pg_claim
-    sql "$k" -c "CREATE EXTENSION pg_claim" -c "ALTER DATABASE postgres SET pg_claim.partition = $k"
+    sql "$k" -c "CREATE EXTENSION pg_claim" -c "SELECT claim.set_partition($k)"
     opts+=("p$k 'host=$WORK port=$(port_of "$k") dbname=postgres connect_timeout=2'")
 done
 start_node 4 front ''

@@ -50,7 +50,7 @@ for my $k (0 .. $P - 1)
 	$n->start;
 	$n->safe_psql('postgres', qq{
 		CREATE EXTENSION pg_claim;
-		ALTER DATABASE postgres SET pg_claim.partition = $k;
+		SELECT claim.set_partition($k);
 	});
 	push @parts, $n;
 }
@@ -76,16 +76,17 @@ sub f { return $front->safe_psql('postgres', $_[0]); }
 sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 
 # ------------------------------------------------------- the same API
-# Every function and view of pg_claim (but its internal helpers and the
-# trigger function, which runs where its table is) is at the front with the
-# same arguments, defaults and result.
+# Every function and view of pg_claim (but its internal helpers, the
+# trigger function, which runs where its table is, and the partition number
+# of a database, set on each partition) is at the front with the same
+# arguments, defaults and result.
 {
 	my $api = q{
 		SELECT string_agg(x, E'\n' ORDER BY x) FROM (
 			SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '
 			       || pg_get_function_result(p.oid) AS x
 			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
-			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters')
+			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition')
 			UNION ALL
 			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
 			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
@@ -408,16 +409,18 @@ for my $k (0 .. $P - 1)
 }
 
 # ------------------------------------------ the end of a partition's tokens
-# The sequence stops below the partition bits: the last token keeps its
-# partition, the next grant is refused (2200H), never a token of partition+1.
+# The sequence stops at the end of the partition's block: the last token
+# keeps its partition, the next grant is refused (2200H), never a token of
+# partition+1.
 {
 	my $q = 'd0';
 	my $k = part_of($q);
 	my ($lname) = grep { part_of($_) == $k } map { "end$_" } 0 .. 50;
-	on($k, q{SELECT setval('claim.token_seq', 9007199254740990)});
+	on($k, "SELECT setval('claim.token_seq', " . ((($k + 1) << 47) - 2) . ")");
 	f(qq{SELECT claim.enqueue('$q') FROM generate_series(1, 2)});
 	my $last = f(qq{SELECT token FROM claim.claim_next('$q')});
-	is($last, ($k << 53) + 9007199254740991, 'the last token of the partition');
+	is($last, (($k + 1) << 47) - 1, 'the last token of the partition');
+	cmp_ok($last, '<=', 9007199254740991, 'at most 2^53 - 1');
 	is(f("SELECT claim.token_partition($last)"), $k, 'keeps its partition bits');
 	is(f(qq{SELECT sqlstate_of('SELECT claim.claim_next(''$q'')')}), '2200H',
 		'the next claim is refused: 2200H');
