@@ -178,9 +178,18 @@ AS 'MODULE_PATHNAME', 'pgclaim_cancel';
 -- One item: 1 when it was cancelled, 0 when it was not there to cancel.
 CREATE FUNCTION claim.cancel(queue text, id bigint)
 RETURNS integer
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT claim.cancel_many(queue, ARRAY[id]) $$;
+AS $$
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'id must not be NULL',
+            HINT = 'Give the id of the item to cancel; claim.cancel_many cancels a list of them.';
+    END IF;
+    RETURN claim.cancel_many(queue, ARRAY[id]);
+END
+$$;
 
 DROP FUNCTION claim.enqueue_batch(text, jsonb[], text[], timestamptz, integer, bigint[]);
 CREATE FUNCTION claim.enqueue_many(queue text,

@@ -92,6 +92,7 @@ SELECT pg_temp.try($$EXECUTE extend2('123456789', '1 minute')$$) AS extend_stale
 SELECT pg_temp.try($$EXECUTE release1('123456789')$$) AS release_stale;
 EXECUTE cancel2('untyped', '987654321');
 EXECUTE cancel_many2('untyped', '{987654321}');
+SELECT pg_temp.try($$EXECUTE cancel2('untyped', NULL)$$) AS cancel_null_id;
 EXECUTE lease2('untyped-lease', '1 minute');
 EXECUTE once2('untyped-once', '1 minute');
 -- The claimed items, completed by their tokens sent as text.
