@@ -160,9 +160,10 @@ my %writes = (
 	'unschedule'    => q{SELECT claim.unschedule('sched')},
 	'set_partition' => q{SELECT claim.set_partition(1)},);
 # Functions that only read (they work on a standby), and the trigger
-# function (its table's INSERT is refused by PostgreSQL itself).
+# functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
-  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases);
+  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases
+  _finished_ring_restore);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
