@@ -41,14 +41,18 @@ $node->safe_psql('postgres', 'CHECKPOINT');
 
 # WAL flushes (fdatasync calls) made by the statements in $sql, each run as
 # its own transaction in one session; the session reports its statistics
-# before it ends.
+# before it ends. Up to PostgreSQL 17 pg_stat_wal counts them; from 18 on,
+# pg_stat_io (object 'wal').
+my $wal_syncs = $node->safe_psql('postgres', 'SHOW server_version_num') >= 180000
+  ? q{SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'}
+  : 'SELECT wal_sync FROM pg_stat_wal';
 sub syncs_of
 {
 	my ($sql) = @_;
-	my $before = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+	my $before = $node->safe_psql('postgres', $wal_syncs);
 	$node->safe_psql('postgres', $sql . "\nSELECT pg_stat_force_next_flush();");
 	$node->safe_psql('postgres', 'SELECT pg_stat_force_next_flush()');
-	my $after = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+	my $after = $node->safe_psql('postgres', $wal_syncs);
 	return $after - $before;
 }
 
