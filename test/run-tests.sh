@@ -268,8 +268,10 @@ run_tap_layer() {
         return
     fi
     # The environment pgxs.mk's prove_installcheck sets, adapted to this layout:
-    # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check, Cluster.pm needs
-    # PG_REGRESS (for --config-auth) and the server binaries in PATH.
+    # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check (up to 15) or to
+    # $TESTDATADIR and $TESTLOGDIR (from 16 on: the same absolute paths, so a
+    # test may chdir), Cluster.pm needs PG_REGRESS (for --config-auth) and the
+    # server binaries in PATH.
     local tap_start=$SECONDS left
     for f in "${files[@]}"; do
         local name; name=$(basename "$f")
@@ -284,6 +286,8 @@ run_tap_layer() {
         fi
         (cd "$TREE/test" && as_user timeout -k 10 "$left" env \
             TESTDIR="$TREE/test" \
+            TESTDATADIR="$TREE/test/tmp_check" \
+            TESTLOGDIR="$TREE/test/tmp_check/log" \
             PG_REGRESS="$PGXS_SRC/test/regress/pg_regress" \
             PGXS="$PGXS_SRC/makefiles/pgxs.mk" \
             PG_CONFIG="$PG_CONFIG" \
