@@ -76,5 +76,9 @@ envs=(PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root CI=true)
 while IFS='=' read -r k _; do
     [[ $k == PG_MAJOR || $k == PGCLAIM_* ]] && envs+=("$k=${!k}")
 done < <(env)
+# The package lists: without a reachable mirror nothing can be installed there.
+chroot "$r" /usr/bin/env -i "${envs[@]}" DEBIAN_FRONTEND=noninteractive apt-get update -q \
+    </dev/null >"$r/root/apt-update.log" 2>&1 ||
+    skip "apt-get update failed in the $suite root (no Debian mirror reachable?): $(tail -n 1 "$r/root/apt-update.log")"
 echo "fresh-root: running '$cmd' in a fresh Debian $suite root ($r), HEAD $(git -C "$top" rev-parse --short HEAD)"
 chroot "$r" /usr/bin/env -i "${envs[@]}" bash -c "cd /root/p && $cmd" </dev/null
