@@ -1,6 +1,6 @@
 'use strict';
 
-const { mapError, NotSupportedError } = require('./errors');
+const { mapError, NotSupportedError, UnknownQueueError, InvalidArgumentError } = require('./errors');
 const { toInterval, makePool } = require('./util');
 
 function jsonParam(value) {
@@ -14,10 +14,7 @@ function jsonParam(value) {
  * caller's own writes.
  */
 class Client {
-  constructor(options) {
-    if (!options || (!options.pool && !options.connectionString && !options.poolConfig)) {
-      throw new TypeError('Client: give connectionString, poolConfig or pool');
-    }
+  constructor(options = {}) {
     const { pool, owned } = makePool(options);
     this.pool = pool;
     this._ownsPool = owned;
@@ -87,11 +84,14 @@ class Client {
     return { state: r.state, attempt: r.attempt, result: r.result, error: r.error, finishedAt: r.finished_at };
   }
 
-  /** Rows of claim.queue_stats (all queues, or one). */
+  /** Rows of claim.queue_stats (all queues, or one: UnknownQueueError when it does not exist). */
   async stats(queue, opts = {}) {
     const sql = 'SELECT * FROM claim.queue_stats' +
       (queue ? ' WHERE queue = $1::text' : '') + ' ORDER BY queue';
     const { rows } = await this._query(sql, queue ? [queue] : [], opts);
+    if (queue && rows.length === 0) {
+      throw new UnknownQueueError(`queue "${queue}" does not exist`, '42704');
+    }
     return rows.map((r) => ({
       queue: r.queue,
       ready: Number(r.ready),
@@ -116,6 +116,14 @@ class Client {
    * given.
    */
   async createQueue(queue, opts = {}) {
+    const known = ['lease', 'maxAttempts', 'backoff', 'retain', 'maxActive', 'groupLimit', 'client'];
+    for (const key of Object.keys(opts)) {
+      if (!known.includes(key)) {
+        const err = new InvalidArgumentError(`createQueue has no option "${key}"`, '22023');
+        err.hint = `Its options: ${known.filter((k) => k !== 'client').join(', ')}.`;
+        throw err;
+      }
+    }
     const params = [queue, toInterval(opts.lease === undefined ? 30000 : opts.lease, 'lease'),
       opts.maxAttempts === undefined ? 5 : opts.maxAttempts,
       toInterval(opts.backoff === undefined ? 1000 : opts.backoff, 'backoff')];

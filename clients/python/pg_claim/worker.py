@@ -459,9 +459,12 @@ class Worker:
                 self._tickets -= 1
 
     def _set_fatal(self, exc: BaseException) -> None:
-        if self._fatal is None:
+        with self._stats_lock:
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+        if first:
             log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
-            self._fatal = exc
         self._stop.set()
 
     def _slot_main(self, slot: _Slot) -> None:
