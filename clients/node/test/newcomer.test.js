@@ -211,7 +211,7 @@ test('a stale token is one line', async () => {
   const worker = new Worker({
     connectionString: DSN, queue: q, wait: 200, logger,
     handler: async (job) => {
-      await pool.query('SELECT claim.cancel($1::text, ARRAY[$2::bigint])', [q, job.id]);
+      await client.cancel(q, [job.id]);
       await sleep(1500);
     },
   });

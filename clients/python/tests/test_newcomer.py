@@ -202,12 +202,12 @@ def test_stale_token_is_one_line(dsn: str, client: pg_claim.Client, queue: str,
 
     def handler(job: pg_claim.Job) -> None:
         with connect(dsn) as other:
-            other.execute("SELECT claim.cancel(%s, ARRAY[%s::bigint])", (job.queue, job.id))
+            pg_claim.Client(other).cancel(job.queue, [job.id])
         time.sleep(1.5)
 
     async def ahandler(job: pg_claim.Job) -> None:
         with connect(dsn) as other:
-            other.execute("SELECT claim.cancel(%s, ARRAY[%s::bigint])", (job.queue, job.id))
+            pg_claim.Client(other).cancel(job.queue, [job.id])
         await asyncio.sleep(1.5)
 
     for kind in ("thread", "asyncio"):
