@@ -1,5 +1,6 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
+#include "pg/xact_locks.hpp"
 
 #include <cstdarg>
 #include <cstring>
@@ -21,10 +22,6 @@ extern "C" {
 namespace pgclaim::pg {
 
 namespace {
-// field4 values of our advisory-lock space (pg_advisory_* uses 1 and 2).
-constexpr uint16 kLockItem = 0x5043;   // "PC"
-constexpr uint16 kLockLease = 0x5046;
-
 // A copy of `src` in the current memory context; NULL when out of memory
 // (never raises: called in catch scopes).
 const char *copy(const char *src) noexcept {
@@ -186,30 +183,14 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
 }
 
 bool lock_item(int64_t item_id, bool wait) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)item_id >> 32), (uint32)item_id,
-                         kLockItem);
-    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+    return xact_lock(LockSpace::Item, (uint64)item_id, wait);
 }
 
-void unlock_item(int64_t item_id) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)item_id >> 32), (uint32)item_id,
-                         kLockItem);
-    (void)LockRelease(&tag, ExclusiveLock, false);
-}
+void unlock_item(int64_t item_id) { xact_unlock(LockSpace::Item, (uint64)item_id); }
 
-bool lock_lease(uint64 key, bool wait) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
-}
+bool lock_lease(uint64 key, bool wait) { return xact_lock(LockSpace::LeaseSlot, key, wait); }
 
-void unlock_lease(uint64 key) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    (void)LockRelease(&tag, ExclusiveLock, false);
-}
+void unlock_lease(uint64 key) { xact_unlock(LockSpace::LeaseSlot, key); }
 
 namespace {
 constexpr char kPinnedPath[] = "pg_catalog, pg_temp";

@@ -135,8 +135,9 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null);
 Datum int8_array(const int64 *v, int n);
 
 // --- locks -------------------------------------------------------------------
-// Transaction-level heavyweight locks in an advisory-lock space of our own
-// (field4 values that pg_advisory_* never uses), released at commit/abort.
+// Transaction-level exclusive locks, released at commit/abort and by a
+// subtransaction's rollback (pg/xact_locks.hpp: in shared memory with the
+// preload, heavyweight advisory locks without it).
 
 // Lock an item: claimers try (skip when busy); everyone else waits.
 bool lock_item(int64_t item_id, bool wait);

@@ -6,6 +6,7 @@
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
+#include "pg/xact_locks.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -44,6 +45,10 @@ void shmem_request() {
     RequestAddinShmemSpace(lease_grants_shmem_size());
     RequestAddinShmemSpace(claim_slots_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
+    RequestAddinShmemSpace(pg::xact_locks_shmem_size());
+    pg::xact_locks_shmem_request();
+    lease_grants_shmem_request();
+    claim_slots_shmem_request();
 }
 
 void shmem_startup() {
@@ -72,6 +77,7 @@ void shmem_startup() {
     rates_shmem_init();
     lease_grants_shmem_init();
     claim_slots_shmem_init();
+    pg::xact_locks_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 
