@@ -6,6 +6,7 @@
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
+#include "shmem/drops.hpp"
 #include "pg/xact_locks.hpp"
 
 extern "C" {
@@ -48,6 +49,7 @@ void shmem_request() {
     RequestAddinShmemSpace(pg::xact_locks_shmem_size());
     pg::xact_locks_shmem_request();
     lease_grants_shmem_request();
+    RequestAddinShmemSpace(drops_shmem_size());
     claim_slots_shmem_request();
 }
 
@@ -78,6 +80,7 @@ void shmem_startup() {
     lease_grants_shmem_init();
     claim_slots_shmem_init();
     pg::xact_locks_shmem_init();
+    drops_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 
