@@ -31,9 +31,222 @@ $pg_claim_update_guard$;
 -- Tokens and partitions; array forms with names of their own
 -- ===========================================================================
 
+-- Tokens are at most 2^53 - 1, whatever the partition (docs/partitions.md):
+-- bits 52..47 hold the partition (0..63), bits 46..0 the count within it.
+-- claim.token_seq hands out whole tokens: its range is the block of the
+-- database's partition, so every session hands out the tokens of that one
+-- partition whatever its settings say. The partition is pg_claim.partition
+-- when the extension is created or updated; claim.set_partition raises it.
+-- A 0.2.0 token above 2^53 - 1 stays valid, and claim.token_partition still
+-- reads its partition from its bits 62..53. In partition 0 the count goes on
+-- where 0.2.0 stopped, so every later token is higher than every earlier one.
+DO $pg_claim_tokens$
+DECLARE
+    setting text := pg_catalog.current_setting('pg_claim.partition', true);
+    p bigint;
+    counted bigint;  -- tokens 1 .. counted of the partition may have been handed out
+    unit CONSTANT bigint := 140737488355328;  -- 2^47: one partition's block
+BEGIN
+    IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+        p := 0;
+    ELSIF setting !~ '^\s*[0-9]{1,3}\s*$' OR setting::integer OPERATOR(pg_catalog.>) 63 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('pg_claim.partition is %s, but partitions are numbered 0 to 63', setting),
+            HINT = 'Tokens carry the partition in 6 bits, so that no token exceeds 2^53 - 1 (docs/partitions.md). Renumber the partitions below 64 before updating.';
+    ELSE
+        p := setting::bigint;
+    END IF;
+    -- The count that 0.2.0 reached in this database (its sequence held the
+    -- count; the partition was added on top), read under the lock that
+    -- ALTER SEQUENCE takes, which keeps nextval waiting until the update
+    -- commits.
+    ALTER SEQUENCE claim.token_seq NO CYCLE;
+    SELECT s.last_value OPERATOR(pg_catalog.-) (CASE WHEN s.is_called THEN 0 ELSE 1 END)
+      INTO counted FROM claim.token_seq s;
+    IF counted OPERATOR(pg_catalog.>=) (unit OPERATOR(pg_catalog.-) 4294967296) THEN
+        RAISE EXCEPTION USING ERRCODE = 'sequence_generator_limit_exceeded',
+            MESSAGE = pg_catalog.format('claim.token_seq is at %s, beyond the 2^47 tokens a partition holds', counted),
+            HINT = 'Tokens are at most 2^53 - 1 from pg_claim 0.3.0 on (docs/partitions.md).';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'ALTER SEQUENCE claim.token_seq MINVALUE %1$s START WITH %1$s MAXVALUE %2$s RESTART WITH %3$s',
+        (p OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) 1,
+        ((p OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.-) 1,
+        (p OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) (counted OPERATOR(pg_catalog.+) 1));
+END
+$pg_claim_tokens$;
+
+-- The durable ceiling of the tokens handed out: a token leaves the server
+-- only once this sequence (written and flushed by the library, as its owner)
+-- is at or above it, so the first grant after a server start moves
+-- claim.token_seq up to it and no further (README, "Tokens"). Nobody else
+-- reads or writes them.
+CREATE SEQUENCE claim.token_ceiling AS bigint MINVALUE 0 MAXVALUE 9007199254740991 START 0 NO CYCLE;
+SELECT pg_catalog.setval('claim.token_ceiling', s.last_value, true) FROM claim.token_seq s;
+-- The timeline the ceiling was last written on: a promoted standby, or a
+-- server recovered to a point in time, is on another one, and its first
+-- grant moves the sequence 2^32 further (the ceiling it replayed may lag the
+-- old primary's). It starts at the timeline of the last checkpoint.
+CREATE SEQUENCE claim.token_timeline AS bigint MINVALUE 0 MAXVALUE 4294967295 START 0 NO CYCLE;
+SELECT pg_catalog.setval('claim.token_timeline', c.timeline_id, true)
+  FROM pg_catalog.pg_control_checkpoint() c;
+REVOKE ALL ON SEQUENCE claim.token_ceiling, claim.token_timeline FROM PUBLIC;
+
+-- claim.partition() -> int: the partition whose tokens this database hands
+-- out (that of claim.token_seq's range).
+CREATE FUNCTION claim.partition()
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT (s.seqmax OPERATOR(pg_catalog.>>) 47)::integer
+  FROM pg_catalog.pg_sequence s
+ WHERE s.seqrelid OPERATOR(pg_catalog.=) 'claim.token_seq'::pg_catalog.regclass
+$$;
+
+-- claim.set_partition(partition int) -> int: moves this database's tokens
+-- to a higher partition (or confirms the one it has), and sets
+-- pg_claim.partition for the database and this session. Tokens keep
+-- increasing: every token of a higher partition is above every token of a
+-- lower one, and a lower partition is refused. Sessions opened before it are
+-- refused tokens (55000) until they reconnect. Superuser: it alters the
+-- sequence and the database's settings.
+CREATE FUNCTION claim.set_partition(partition integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    unit CONSTANT bigint := 140737488355328;  -- 2^47
+    current integer;
+    counted bigint;
+BEGIN
+    IF partition IS NULL OR partition OPERATOR(pg_catalog.<) 0 OR partition OPERATOR(pg_catalog.>) 63 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('partition %s is out of range', COALESCE(partition::text, 'NULL')),
+            HINT = 'Partitions are numbered 0 to 63.';
+    END IF;
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = 'cannot call claim.set_partition on a hot standby',
+            HINT = 'Connect to the primary: tokens are handed out there.';
+    END IF;
+    -- Grants wait until this transaction ends (the lock of ALTER SEQUENCE).
+    ALTER SEQUENCE claim.token_seq NO CYCLE;
+    current := claim.partition();
+    IF partition OPERATOR(pg_catalog.<) current THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('partition %s is lower than this database''s partition %s', partition, current),
+            HINT = 'Its tokens would be lower than those already handed out, and fencing needs them to increase. A partition is only ever raised (docs/partitions.md).';
+    END IF;
+    IF partition OPERATOR(pg_catalog.>) current THEN
+        SELECT s.last_value OPERATOR(pg_catalog.-) (current::bigint OPERATOR(pg_catalog.*) unit)
+               OPERATOR(pg_catalog.-) (CASE WHEN s.is_called THEN 0 ELSE 1 END)
+          INTO counted FROM claim.token_seq s;
+        EXECUTE pg_catalog.format(
+            'ALTER SEQUENCE claim.token_seq MINVALUE %1$s START WITH %1$s MAXVALUE %2$s RESTART WITH %3$s',
+            (partition::bigint OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) 1,
+            ((partition::bigint OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.-) 1,
+            (partition::bigint OPERATOR(pg_catalog.*) unit) OPERATOR(pg_catalog.+) (counted OPERATOR(pg_catalog.+) 1));
+    END IF;
+    EXECUTE pg_catalog.format('ALTER DATABASE %I SET pg_claim.partition = %s',
+                              pg_catalog.current_database(), partition);
+    PERFORM pg_catalog.set_config('pg_claim.partition', partition::text, false);
+    RETURN partition;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim.set_partition(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.partition() TO claim_producer, claim_worker, claim_admin;
+
+-- Array forms have names of their own, so that a call with untyped
+-- parameters (claim.complete($1), claim.cancel($1, $2)) resolves to one
+-- function in every driver. The C functions are those of the dropped forms.
+DROP FUNCTION claim.complete(bigint[], boolean, jsonb[]);
+CREATE FUNCTION claim.complete_many(tokens bigint[], skip_stale boolean DEFAULT false,
+                                    results jsonb[] DEFAULT NULL)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_complete_many';
+
+DROP FUNCTION claim.cancel(text, bigint[]);
+CREATE FUNCTION claim.cancel_many(queue text, ids bigint[])
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_cancel';
+
+-- One item: 1 when it was cancelled, 0 when it was not there to cancel.
+CREATE FUNCTION claim.cancel(queue text, id bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = 'id must not be NULL',
+            HINT = 'Give the id of the item to cancel; claim.cancel_many cancels a list of them.';
+    END IF;
+    RETURN claim.cancel_many(queue, ARRAY[id]);
+END
+$$;
+
+DROP FUNCTION claim.enqueue_batch(text, jsonb[], text[], timestamptz, integer, bigint[]);
+CREATE FUNCTION claim.enqueue_many(queue text,
+                                   payloads jsonb[],
+                                   group_keys text[] DEFAULT NULL,
+                                   run_at timestamptz DEFAULT NULL,
+                                   priority integer DEFAULT 0,
+                                   after bigint[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue_batch';
+
+GRANT EXECUTE ON FUNCTION claim.enqueue_many(text, jsonb[], text[], timestamptz, integer, bigint[])
+  TO claim_producer, claim_admin;
+GRANT EXECUTE ON FUNCTION claim.complete_many(bigint[], boolean, jsonb[]),
+                          claim.cancel_many(text, bigint[]),
+                          claim.cancel(text, bigint)
+  TO claim_worker, claim_admin;
+
 -- ===========================================================================
 -- Public views that every driver loads
 -- ===========================================================================
+-- Every value of the extension's views loads in the usual drivers (psycopg,
+-- node-postgres, JDBC): no infinite timestamp, no row that is not what the
+-- view names. claim.release keeps the claims row of the item it gives back
+-- (its attempt count lives there) with lease_until = -infinity: that item is
+-- not claimed, so claimed_items leaves it out. A schedule whose time zone
+-- disappeared has next_run = infinity in claim.schedule_defs: the view shows
+-- NULL (it fires no more until claim.schedule repairs it). The other views
+-- (queue_stats, dead_items, finished_items, blocked_groups, leases) hold
+-- finite times only: they compare claim times with the clock, and every
+-- other time they show is a finite one written by the extension.
+
+DROP VIEW claim.claimed_items;
+CREATE VIEW claim.claimed_items AS
+SELECT q.name AS queue, c.item_id AS id, c.token, c.attempt, c.worker,
+       c.claimed_at, c.lease_until,
+       c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS live
+FROM claim._claim_rows('claim.claimed_items') c
+JOIN claim.queues q ON q.queue_id OPERATOR(pg_catalog.=) c.queue_id
+WHERE pg_catalog.isfinite(c.lease_until);
+COMMENT ON VIEW claim.claimed_items IS
+    'Live and expired claims (an item given back with claim.release is not claimed and not listed). Not on a hot standby (55000): claims are not replicated (read them on the primary).';
+GRANT SELECT ON claim.claimed_items TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.claimed_items TO claim_admin;
+
+DROP VIEW claim.schedules;
+CREATE VIEW claim.schedules AS
+SELECT s.name, s.cron, s.timezone, q.name AS queue,
+       CASE WHEN pg_catalog.isfinite(s.next_run) THEN s.next_run END AS next_run,
+       s.last_run, s.last_item, s.payload, s.group_key, s.priority
+FROM claim.schedule_defs s
+JOIN claim.queues q ON q.queue_id OPERATOR(pg_catalog.=) s.queue_id;
+COMMENT ON VIEW claim.schedules IS
+    'Recurring schedules. next_run is NULL when the schedule fires no more (its time zone is no longer known; claim.schedule with the same name repairs it).';
+GRANT SELECT ON claim.schedules TO claim_admin;
 
 -- ===========================================================================
 -- Claim core and transaction edges
@@ -53,3 +266,69 @@ COMMENT ON FUNCTION claim.lock_table() IS
 -- Backup and restore: what pg_dump keeps
 -- (kept last, so it also covers the tables this script creates above)
 -- ===========================================================================
+
+-- pg_dump keeps the rows of every table and the value of every sequence
+-- marked here (docs/operations.md). What is not marked is volatile on
+-- purpose, and a restore starts it empty:
+--   claim.claims          (UNLOGGED) live claims: a claimed item comes back
+--                         ready, as after a crash; the attempt it was in is
+--                         not counted, and its holder's token is refused.
+--   claim.lease_released  (UNLOGGED) releases of lease slots.
+--   claim.lease_holders   live leases: every lease is free after a restore,
+--                         and the tokens of its holders are refused.
+--   claim.token_ceiling, claim.token_timeline (where they exist): the
+--                         durable ceiling of the tokens and its timeline
+--                         belong to the server that wrote them; the restored
+--                         claim.token_seq is the floor of the target's tokens.
+-- claim.finished is partitioned: its rows are dumped from its partitions.
+-- Regression test dump_coverage fails when a table or sequence of the
+-- extension is neither marked here nor on that list.
+SELECT pg_catalog.pg_extension_config_dump('claim.queues', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.queues_queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.items', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.item_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.item_parents', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.finished_0', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.finished_1', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.finished_2', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.finished_3', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.finished_ring', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.schedule_defs', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.schedule_defs_schedule_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.once_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.guards', '');
+-- Tokens: the restored sequence continues above every token the dumped
+-- database had handed out when pg_dump read it.
+SELECT pg_catalog.pg_extension_config_dump('claim.token_seq', '');
+
+-- The ring of claim.finished has one row per slot, which the install script
+-- inserts; a restore copies the dumped rows into a table that already has
+-- them. This trigger turns the copy of a slot that exists into an update of
+-- it, so the restored ring is the dumped one and no partition holding
+-- restored rows is truncated before their retention ends. ENABLE ALWAYS: it
+-- also fires under session_replication_role = replica, which docs/operations.md
+-- recommends for a --data-only restore.
+CREATE FUNCTION claim._finished_ring_restore()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.current THEN
+        UPDATE claim.finished_ring SET current = false
+         WHERE current AND slot OPERATOR(pg_catalog.<>) NEW.slot;
+    END IF;
+    UPDATE claim.finished_ring
+       SET current = NEW.current, opened_at = NEW.opened_at, closed_at = NEW.closed_at
+     WHERE slot OPERATOR(pg_catalog.=) NEW.slot;
+    IF FOUND THEN
+        RETURN NULL;    -- merged into the install's row
+    END IF;
+    RETURN NEW;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._finished_ring_restore() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._finished_ring_restore() TO claim_admin;
+CREATE TRIGGER finished_ring_restore BEFORE INSERT ON claim.finished_ring
+    FOR EACH ROW EXECUTE FUNCTION claim._finished_ring_restore();
+ALTER TABLE claim.finished_ring ENABLE ALWAYS TRIGGER finished_ring_restore;

@@ -71,8 +71,9 @@ void define_gucs() {
     DefineCustomIntVariable(
         "pg_claim.partition", "The partition number of this database in a pg_claim cluster.",
         "Every token handed out carries it in its high bits, so a front (pg_claim_proxy) routes "
-        "token calls by the token alone. Set it per database with ALTER DATABASE ... SET and "
-        "never lower it (docs/partitions.md).",
+        "token calls by the token alone. CREATE EXTENSION takes it as the database's partition; "
+        "claim.set_partition() changes it; a session whose value differs from the database's "
+        "partition is refused tokens (docs/partitions.md).",
         &pgclaim::api::guc_partition, 0, 0, pgclaim::token::kMaxPartition, PGC_SUSET, 0, nullptr,
         nullptr, nullptr);
 }

@@ -16,13 +16,19 @@
 #   4. runs the Python suite (clients/python/tests, pytest) directly and through
 #      PgBouncer, and `npm test` in clients/node (when clients/node/package.json
 #      exists) the same two ways. Each suite reads the server's URI from
-#      PGCLAIM_TEST_DSN. The Node client's dependencies come from `npm ci`;
+#      PG_CLAIM_DSN. The Node client's dependencies come from `npm ci`;
 #      when npm cannot reach its registry (or a proxy's certificate is not
 #      trusted), the suite runs on a copy of clients/node without node_modules
 #      against Debian's node-pg (NODE_PATH, PGCLAIM_NODE_DEPS=debian), and the
 #      TypeScript declarations test, which needs typescript and @types/pg from
 #      npm, is skipped. The output says which: "node: npm ci" or
 #      "node: Debian node-pg (npm unreachable)".
+#   5. checks the install commands of the clients' READMEs: pip's offline
+#      install into a virtualenv, and the `pg_claim` command it installs
+#      (--help, and `pg_claim stats` through PG_CLAIM_DSN and through the PG*
+#      variables); `npm install --install-links <clients/node>` in a fresh
+#      directory, whose app then loads pg-claim and pg and reads the stats
+#      (skipped, with its reason, when npm cannot reach its registry).
 # Prints a summary; the last line is "clients: N passed, N failed" (pytest tests
 # and node test cases; a suite that cannot run counts as one failure). Exits
 # non-zero on any failure. The servers are stopped and the scratch directory
@@ -35,7 +41,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PY=/usr/bin/python3
 DB=clients
@@ -219,7 +225,7 @@ run_python() {   # $1 label, $2 dsn
     local select=()
     if [[ -n "${CLIENTS_PYTEST_K:-}" ]]; then select=(-k "$CLIENTS_PYTEST_K"); fi
     (cd "$ROOT/clients/python" &&
-        PGCLAIM_TEST_DSN="$dsn" PYTHONDONTWRITEBYTECODE=1 timeout 900 \
+        PG_CLAIM_DSN="$dsn" PYTHONDONTWRITEBYTECODE=1 timeout 900 \
         "$PY" -m pytest -p no:cacheprovider -q -rs --timeout=300 --junitxml="$xml" "${select[@]}" tests)
     rc=$?
     counts="$("$PY" - "$xml" <<'PYEOF' 2>/dev/null
@@ -251,7 +257,7 @@ NODE_ENV_EXTRA=()                # NODE_PATH etc. when on Debian's node-pg
 run_node() {   # $1 label, $2 dsn
     local label="$1" dsn="$2" log="$SCRATCH/node-$1.log" rc p f s
     say "Node suite, $label"
-    (cd "$NODE_DIR" && env "${NODE_ENV_EXTRA[@]}" PGCLAIM_TEST_DSN="$dsn" timeout 900 npm test) 2>&1 | tee "$log"
+    (cd "$NODE_DIR" && env "${NODE_ENV_EXTRA[@]}" PG_CLAIM_DSN="$dsn" timeout 900 npm test) 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     p=$(grep -E '^(# |ℹ )pass [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
     f=$(grep -E '^(# |ℹ )fail [0-9]+' "$log" | tail -n1 | grep -Eo '[0-9]+$' || true)
@@ -295,6 +301,19 @@ if "$PY" -m venv --system-site-packages "$SCRATCH/venv" &&
    "$SCRATCH/venv/bin/pip" install -q --no-index --no-build-isolation "$SCRATCH/pysrc" &&
    (cd "$SCRATCH" && "$SCRATCH/venv/bin/python" -c "import pg_claim, os; assert pg_claim.__file__.startswith('$SCRATCH/venv'); assert os.path.exists(os.path.join(os.path.dirname(pg_claim.__file__), 'py.typed'))"); then
     PASSED=$((PASSED + 1)); SUMMARY+=("python: pip install: ok")
+    # The command line that pip installed, from a directory without the source.
+    PGC_ENV=()
+    for kv in host=PGHOST port=PGPORT dbname=PGDATABASE user=PGUSER; do
+        PGC_ENV+=("${kv#*=}=$("$PY" -c "from psycopg.conninfo import conninfo_to_dict as d; import sys; print(d(sys.argv[1]).get(sys.argv[2], ''))" "$DIRECT" "${kv%%=*}")")
+    done
+    if (cd "$SCRATCH" && "$SCRATCH/venv/bin/pg_claim" --help | grep -q "exit status" &&
+        "$SCRATCH/venv/bin/pg_claim" work --help | grep -q "PG_CLAIM_ITEM_ID" &&
+        env -u PG_CLAIM_DSN PG_CLAIM_DSN="$DIRECT" "$SCRATCH/venv/bin/pg_claim" stats >/dev/null &&
+        env -u PG_CLAIM_DSN "${PGC_ENV[@]}" "$SCRATCH/venv/bin/pg_claim" stats >/dev/null); then
+        PASSED=$((PASSED + 1)); SUMMARY+=("python: installed pg_claim command: ok")
+    else
+        FAILED=$((FAILED + 1)); SUMMARY+=("python: installed pg_claim command: FAILED")
+    fi
 else
     FAILED=$((FAILED + 1)); SUMMARY+=("python: pip install: FAILED")
 fi
@@ -326,6 +345,27 @@ if [[ "$ONLY" != python && -f "$ROOT/clients/node/package.json" ]]; then
         NODE_DIR="$SCRATCH/nodesrc"
         NODE_ENV_EXTRA=(NODE_PATH="$NODE_LIB" PGCLAIM_NODE_DEPS=debian)
         SUMMARY+=("node: npm unreachable; pg $(node -p "require('$NODE_LIB/pg/package.json').version") from Debian ($NODE_LIB)")
+    fi
+    # The README's install command in a fresh directory: an app that loads
+    # pg-claim and pg, and reads the stats through PG_CLAIM_DSN.
+    if [[ "$NODE_DEPS" == "npm ci" ]]; then
+        say "npm install --install-links clients/node in a fresh directory"
+        APP="$SCRATCH/freshapp"
+        mkdir -p "$APP"
+        if grep -q 'npm install --install-links ' "$ROOT/clients/node/README.md" &&
+           (cd "$APP" && timeout 300 npm install --no-audit --no-fund --install-links "$ROOT/clients/node" >/dev/null &&
+            [[ ! -L node_modules/pg-claim ]] &&
+            PG_CLAIM_DSN="$DIRECT" timeout 60 node -e "
+require('pg');
+const { Client } = require('pg-claim');
+const c = new Client();
+c.stats().then(() => c.close()).then(() => console.log('fresh app: ok'), (e) => { console.error(e); process.exit(1); });"); then
+            PASSED=$((PASSED + 1)); SUMMARY+=("node: npm install --install-links in a fresh directory: ok")
+        else
+            FAILED=$((FAILED + 1)); SUMMARY+=("node: npm install --install-links in a fresh directory: FAILED")
+        fi
+    elif [[ -n "$NODE_DEPS" ]]; then
+        SUMMARY+=("node: fresh-directory install skipped: npm cannot reach its registry")
     fi
     if [[ -n "$NODE_DEPS" ]]; then
         if [[ "$NODE_DEPS" == "npm ci" ]]; then say "node: npm ci"; else say "node: Debian node-pg (npm unreachable)"; fi

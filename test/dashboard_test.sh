@@ -6,30 +6,44 @@
 #   bash test/dashboard_test.sh
 #
 #   1. installs what is missing: python3-psycopg, chromium (Debian's headless
-#      browser), nodejs/npm, and playwright-core from npm into
-#      test/dashboard/node_modules (it drives /usr/bin/chromium; no browser
-#      download). When npm cannot install playwright-core (no registry, or a
+#      browser), nodejs/npm, and playwright-core and pg (node-postgres) from
+#      npm into test/dashboard/node_modules (it drives /usr/bin/chromium; no
+#      browser download). When npm cannot install them (no registry, or a
 #      proxy whose certificate is not trusted), it installs Debian's
-#      chromium-driver and python3-selenium instead;
+#      chromium-driver and python3-selenium instead, and takes Debian's
+#      node-pg;
 #   2. starts a throwaway cluster as the unprivileged user "pgclaim" with
 #      shared_preload_libraries = 'pg_claim' and a known workload: ready,
-#      scheduled, claimed and dead items, a blocked group, a lease;
-#   3. starts the dashboard twice, as a member of claim_admin and as a role
+#      scheduled, claimed and dead items, a blocked group, a lease, a
+#      schedule, and in a retaining queue a completed item with its result,
+#      an expired lease, an item given back with release, a cancelled item,
+#      then the queue paused; and a second database on pg_claim 0.2.0 whose
+#      claimed_items lists a released claim with lease_until -infinity;
+#   3. reads every view of the extension with psycopg
+#      (test/dashboard/views_read.py) and node-postgres (views_read.mjs), and
+#      checks that the dashboard never fails as a whole
+#      (test/dashboard/resilience.py: the 0.2.0 database, sections that
+#      fail, no database);
+#   4. starts the dashboard twice, as a member of claim_admin and as a role
 #      with only pg_monitor and claim_worker;
-#   4. test/dashboard/browser.mjs (playwright-core), or
+#   5. test/dashboard/browser.mjs (playwright-core), or
 #      test/dashboard/browser_selenium.py (ChromeDriver) with the same checks,
-#      loads the page in headless Chromium, checks
-#      the counts, clicks redrive on a dead item and sees it ready again,
-#      pauses and resumes a queue, and checks that the read-only dashboard has
-#      no buttons and refuses a POST; the database confirms the item's state.
-# Screenshots: test/artifacts/dashboard.png and dashboard-after-redrive.png.
+#      loads the page 1366 px wide in headless Chromium, checks the counts,
+#      the charts of the last hour, the finished items with their results,
+#      that every action button is on screen, that auto-refresh reloads the
+#      page and stops when paused; clicks redrive on a dead item and sees it
+#      ready again, pauses and resumes a queue, cancels a claimed item, and
+#      checks that the read-only dashboard has no buttons and refuses a POST;
+#      the database confirms the items' states.
+# Screenshots (kept): test/artifacts/dashboard.png (the page as first shown,
+# charts included) and test/artifacts/dashboard-after-redrive.png.
 # The last line is "dashboard: N passed, N failed". Servers are stopped and
 # the scratch directory removed on exit (DASHBOARD_KEEP=1 keeps it).
 # DASHBOARD_DRIVER=selenium uses ChromeDriver without trying npm.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PY=/usr/bin/python3
 ARTIFACTS="$ROOT/test/artifacts"
@@ -65,10 +79,11 @@ fi
 DRIVER=playwright
 if [[ "${DASHBOARD_DRIVER:-}" == selenium ]]; then
     DRIVER=selenium
-elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ]]; then
-    say "npm: playwright-core"
-    if ! (cd "$ROOT/test/dashboard" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
-        say "npm could not install playwright-core: using Debian's chromium-driver and python3-selenium"
+elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ||
+        ! -f "$ROOT/test/dashboard/node_modules/pg/package.json" ]]; then
+    say "npm: playwright-core, pg"
+    if ! (cd "$ROOT/test/dashboard" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
+        say "npm could not install playwright-core and pg: using Debian's chromium-driver, python3-selenium and node-pg"
         DRIVER=selenium
     fi
 fi
@@ -98,6 +113,30 @@ free_port() {
     done
 }
 SCRATCH="$(mktemp -d /tmp/pg_claim-dashboard.XXXXXX)"
+# node-postgres for views_read.mjs: from npm (test/dashboard/node_modules), or
+# Debian's node-pg, installed with apt-get or, where that cannot be (a nodejs
+# from elsewhere does not satisfy Debian's node-* dependencies), unpacked into
+# the scratch directory. Prints the folder for NODE_PATH ("" for npm's).
+node_pg_path() {
+    local dir
+    if [[ -f "$ROOT/test/dashboard/node_modules/pg/package.json" ]]; then echo ""; return 0; fi
+    dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    if [[ -z "$dir" ]]; then
+        say "installing: node-pg" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        { apt-get update -q && apt-get install -y -q --no-install-recommends node-pg </dev/null; } >&2 &&
+            dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    fi
+    if [[ -z "$dir" ]]; then
+        say "apt-get could not install node-pg: unpacking node-pg and node-split2 into $SCRATCH/debnode" >&2
+        mkdir -p "$SCRATCH/debs" "$SCRATCH/debnode" && chmod 777 "$SCRATCH/debs"
+        (cd "$SCRATCH/debs" && apt-get download node-pg node-split2 >&2) || return 1
+        for deb in "$SCRATCH"/debs/*.deb; do dpkg-deb -x "$deb" "$SCRATCH/debnode" || return 1; done
+        dir="$(find "$SCRATCH/debnode" -path '*/nodejs/pg/package.json' | head -n1)"
+    fi
+    [[ -n "$dir" ]] || return 1
+    dirname "$(dirname "$dir")"
+}
 chown "$RUN_USER" "$SCRATCH"
 chmod 755 "$SCRATCH"
 PGPORT="$(free_port)"
@@ -134,13 +173,79 @@ SELECT claim.enqueue('reports', '{"report": "daily"}', group_key => 'tenant-7',
                      run_at => clock_timestamp() + interval '1 hour');
 SELECT claim.enqueue('reports', '{"report": "weekly"}', group_key => 'tenant-7');
 SELECT claim.lease_acquire('nightly-import', '10 minutes', 'importer-1');
+SELECT claim.schedule('nightly-report', '0 3 * * *', 'reports', '{"report": "nightly"}');
+-- A retaining queue: a completed item with its result, an expired lease, an
+-- item given back with release (as a worker that stops does), a cancelled
+-- item; then the queue is paused, so nothing claims the released item again.
+SELECT claim.create_queue('archive', lease => '1 hour', retain => '1 hour');
+CREATE TABLE archive_ids AS
+    SELECT g AS n, claim.enqueue('archive', jsonb_build_object('n', g)) AS id FROM generate_series(1, 4) g;
+SELECT claim.complete(token, '{"rows": 42}') FROM claim.claim_next('archive', worker => 'archiver-1');
+SELECT count(*) FROM claim.claim_next('archive', lease => '0.2 seconds', worker => 'slow-1');
+SELECT claim.release(token) FROM claim.claim_next('archive', worker => 'stopping-1');
+DO $$ BEGIN  -- claim.cancel(queue, id), or the array form of pg_claim 0.2.0
+    IF pg_catalog.to_regprocedure('claim.cancel(text, bigint)') IS NOT NULL THEN
+        PERFORM claim.cancel('archive', (SELECT id FROM archive_ids WHERE n = 4));
+    ELSE
+        EXECUTE 'SELECT claim.cancel(''archive'', ARRAY[(SELECT id FROM archive_ids WHERE n = 4)])';
+    END IF;
+END $$;
+SELECT claim.pause('archive');
+SELECT pg_sleep(0.5);
 SQL
 DEAD_ID="$(psql_run -Atc "SELECT min(id) FROM claim.dead_items WHERE queue = 'emails'")"
+RELEASED_ID="$(psql_run -Atc "SELECT id FROM archive_ids WHERE n = 3")"
+CLAIMED_ID="$(psql_run -Atc "SELECT id FROM claim.claimed_items WHERE worker = 'mailer-1'")"
+# pg_claim 0.2.0 lists a released claim in claimed_items with lease_until
+# -infinity, which psycopg cannot load: the dashboard must still show the page.
+as_user "$PG_BIN/createdb" -h "$SCRATCH" -p "$PGPORT" old
+as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d old >/dev/null <<'SQL' || fail_setup "the 0.2.0 workload failed"
+CREATE EXTENSION pg_claim VERSION '0.2.0';
+SELECT claim.create_queue('old', lease => '1 hour');
+SELECT claim.enqueue('old', '{}') FROM generate_series(1, 3);
+SELECT claim.release(token) FROM claim.claim_next('old');
+SELECT claim.pause('old');
+SQL
+OLD_RELEASED="$(as_user "$PG_BIN/psql" -X -Atq -h "$SCRATCH" -p "$PGPORT" -d old -c "SELECT min(id) FROM claim.items")"
 
-# --- 3. dashboards ------------------------------------------------------------------
+# --- 3. every view in every driver; a page that never fails as a whole -------------
+VIEWS="blocked_groups claimed_items dead_items finished_items leases queue_stats schedules"
+DSN="host=$SCRATCH port=$PGPORT dbname=ops user=dash_admin"
+run_checks() {  # run_checks WHAT COMMAND...: adds its ok/FAIL lines to the counts
+    local what="$1" out
+    shift
+    out="$("$@" 2>&1)"
+    echo "$out"
+    PASSED=$((PASSED + $(grep -c '^ok ' <<<"$out")))
+    FAILED=$((FAILED + $(grep -c '^FAIL ' <<<"$out")))
+    grep -qE '^(ok|FAIL) ' <<<"$out" || { FAILED=$((FAILED + 1)); echo "FAIL  $what produced no result"; }
+}
+say "every view, read with psycopg and with node-postgres"
+run_checks views_read.py env DSN="$DSN" VIEWS="$VIEWS" RELEASED="archive:$RELEASED_ID" PYTHONDONTWRITEBYTECODE=1 \
+    timeout 120 "$PY" "$ROOT/test/dashboard/views_read.py"
+if NODE_LIB="$(node_pg_path)"; then
+    run_checks views_read.mjs env DSN="$DSN" VIEWS="$VIEWS" ${NODE_LIB:+NODE_PATH="$NODE_LIB"} \
+        timeout 120 node "$ROOT/test/dashboard/views_read.mjs"
+else
+    FAILED=$((FAILED + 1)); echo "FAIL  node-postgres: neither npm nor Debian's node-pg could be installed"
+fi
+say "the page never fails as a whole"
+run_checks resilience.py env PYTHONPATH="$ROOT/ops/dashboard" PYTHONDONTWRITEBYTECODE=1 \
+    OLD_DSN="host=$SCRATCH port=$PGPORT dbname=old user=dash_admin" OLD_RELEASED="$OLD_RELEASED" \
+    DSN="$DSN" timeout 120 "$PY" "$ROOT/test/dashboard/resilience.py"
+
+# --- 4. dashboards ------------------------------------------------------------------
+# The admin dashboard connects with PG_CLAIM_DSN, the read-only one with
+# libpq's PG* variables alone (no DSN at all).
 start_dashboard() {  # start_dashboard ROLE LOG: sets URL (runs in this shell, so PIDS keeps the pid)
-    (cd "$ROOT/ops/dashboard" && exec "$PY" -m pg_claim_dashboard \
-        --dsn "host=$SCRATCH port=$PGPORT dbname=ops user=$1" --port 0 --sample 1 >"$2" 2>&1) &
+    local conn
+    if [[ $1 == dash_admin ]]; then
+        conn=(PG_CLAIM_DSN="host=$SCRATCH port=$PGPORT dbname=ops user=$1")
+    else
+        conn=(PGHOST="$SCRATCH" PGPORT="$PGPORT" PGDATABASE=ops PGUSER="$1")
+    fi
+    (cd "$ROOT/ops/dashboard" && exec env -u PG_CLAIM_DSN -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER -u PGSERVICE \
+        "${conn[@]}" "$PY" -m pg_claim_dashboard --port 0 --sample 1 >"$2" 2>&1) &
     PIDS+=($!)
     URL=""
     for _ in $(seq 100); do
@@ -153,10 +258,31 @@ start_dashboard dash_admin "$SCRATCH/dash-admin.log" || { cat "$SCRATCH/dash-adm
 ADMIN_URL="$URL"
 start_dashboard dash_viewer "$SCRATCH/dash-viewer.log" || { cat "$SCRATCH/dash-viewer.log"; fail_setup "the read-only dashboard did not start"; }
 RO_URL="$URL"
-say "dashboards: $ADMIN_URL (claim_admin), $RO_URL (read only)"
+say "dashboards: $ADMIN_URL (claim_admin, PG_CLAIM_DSN), $RO_URL (read only, PG* variables)"
+page_of() { curl -s "$1?refresh=0" 2>/dev/null || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$1?refresh=0"; }
+check "PG_CLAIM_DSN: the dashboard connects as its user" yes \
+    "$(grep -q 'id="role">dash_admin<' <<<"$(page_of "$ADMIN_URL")" && echo yes || echo no)"
+check "PG* variables: the dashboard without a DSN connects as PGUSER to PGDATABASE" yes \
+    "$(grep -q 'database <b>ops</b> as <b id="role">dash_viewer<' <<<"$(page_of "$RO_URL")" && echo yes || echo no)"
+check "a DSN it cannot use ends the dashboard at once (exit 2)" 2 \
+    "$(cd "$ROOT/ops/dashboard" && PG_CLAIM_DSN="host=$SCRATCH port=1 dbname=ops connect_timeout=2" timeout 30 "$PY" -m pg_claim_dashboard --port 0 >/dev/null 2>&1; echo $?)"
 check "the dashboard answers /healthz" ok "$(curl -s "${ADMIN_URL}healthz" 2>/dev/null | tr -d '\n' || "$PY" -c 'import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode().strip())' "${ADMIN_URL}healthz")"
 
-# --- 4. the browser -----------------------------------------------------------------
+# --- 5. the browser -----------------------------------------------------------------
+# The charts need samples (the dashboards take one a second): five seconds of
+# traffic in a queue of its own, then a pause, so the page's counts hold still.
+psql_run >/dev/null <<'SQL' || { FAILED=$((FAILED + 1)); echo "FAIL  the traffic for the charts"; }
+SELECT claim.create_queue('traffic', lease => '1 hour');
+DO $$ BEGIN
+    FOR i IN 1 .. 25 LOOP
+        PERFORM claim.enqueue('traffic', pg_catalog.jsonb_build_object('i', i)) FROM generate_series(1, 8);
+        PERFORM claim.complete(token) FROM claim.claim_next('traffic', n => 5);
+        COMMIT;
+        PERFORM pg_sleep(0.2);
+    END LOOP;
+END $$;
+SQL
+sleep 2
 mkdir -p "$ARTIFACTS"
 EXPECT='{"emails": {"ready": 5, "in_flight": 1, "dead_items": 2, "scheduled": 0, "paused": "no",
                     "enqueued_total": 8, "claimed_total": 3, "failed_total": 2, "dead_total": 2},
@@ -168,18 +294,23 @@ else
     BROWSER_CMD=(node browser.mjs)
 fi
 out="$(cd "$ROOT/test/dashboard" && DASH_URL="$ADMIN_URL" DASH_RO_URL="$RO_URL" EXPECT="$EXPECT" \
-       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" ARTIFACTS="$ARTIFACTS" PYTHONDONTWRITEBYTECODE=1 \
+       DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" RELEASED_QUEUE=archive RELEASED_ID="$RELEASED_ID" CLAIMED_ID="$CLAIMED_ID" \
+       ARTIFACTS="$ARTIFACTS" PYTHONDONTWRITEBYTECODE=1 \
        timeout 180 "${BROWSER_CMD[@]}" 2>&1)"
 echo "$out"
 PASSED=$((PASSED + $(grep -c '^ok ' <<<"$out")))
 FAILED=$((FAILED + $(grep -c '^FAIL ' <<<"$out")))
 grep -qE '^(ok|FAIL) ' <<<"$out" || { FAILED=$((FAILED + 1)); echo "FAIL  the browser script produced no result"; }
 
-# --- 5. the database agrees ---------------------------------------------------------
+# --- 6. the database agrees ---------------------------------------------------------
 check "the redriven item is ready in the database" ready \
     "$(psql_run -Atc "SELECT state FROM claim.item_state('emails', $DEAD_ID)")"
 check "the other dead item is still dead" 1 \
     "$(psql_run -Atc "SELECT count(*) FROM claim.dead_items WHERE queue = 'emails'")"
 check "the queue runs (resumed)" f "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'emails'")"
 check "the screenshot was taken" yes "$([[ -s "$ARTIFACTS/dashboard.png" ]] && echo yes || echo no)"
+check "the cancelled item is no longer claimed in the database" 0 \
+    "$(psql_run -Atc "SELECT count(*) FROM claim.claimed_items WHERE id = $CLAIMED_ID")"
+check "the queue archive stays paused" t "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'archive'")"
+say "screenshot: $ARTIFACTS/dashboard.png"
 finish

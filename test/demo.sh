@@ -3,7 +3,10 @@
 #
 #   bash test/demo.sh
 #
-# Installs what is missing, builds and installs pg_claim (test/setup.sh), then
+# Installs what is missing, builds pg_claim and installs it system-wide into
+# the machine's PostgreSQL (test/setup.sh; its output goes to
+# /tmp/pg_claim-demo-setup.log, or DEMO_SETUP_LOG, and one line says how it
+# went), then
 # starts a throwaway cluster as the unprivileged user "pgclaim" with the
 # extension preloaded and shows, with plain SQL through psql:
 #   1. 3 producers enqueue 200 items each while 4 workers claim and complete
@@ -13,7 +16,9 @@
 #      expires, another worker reclaims the item under a higher token, and the
 #      stale worker's complete() is refused with SQLSTATE PC001;
 #   3. a summary: per producer, per worker, tokens, claim.queue_stats;
-#   4. with --python: the Python client's worker example
+#   4. why the tokens start where they do: the server restarts and the next
+#      token goes on above the durable ceiling of the tokens handed out;
+#   5. with --python: the Python client's worker example
 #      (clients/python/example.py: 4 concurrent handlers, results kept,
 #      one retry) against the same cluster; installs python3-psycopg if
 #      missing.
@@ -28,7 +33,7 @@ WITH_PYTHON=0
 [[ "${1:-}" == --python ]] && WITH_PYTHON=1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PORT="${DEMO_PORT:-54329}"
 PRODUCERS="${DEMO_PRODUCERS:-3}"
@@ -47,8 +52,18 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
-step "set-up: packages, build, install"
-bash "$ROOT/test/setup.sh"
+# The set-up's output (apt, compiler, make install) goes to a log file; one
+# line says how it went and where the log is.
+SETUP_LOG="${DEMO_SETUP_LOG:-/tmp/pg_claim-demo-setup.log}"
+step "set-up: packages, build, and install system-wide into PostgreSQL $PG_MAJOR"
+t_setup=$(date +%s)
+if bash "$ROOT/test/setup.sh" >"$SETUP_LOG" 2>&1; then
+    echo "set-up done in $(($(date +%s) - t_setup)) s: pg_claim installed into $("$PG_BIN/pg_config" --pkglibdir) and $("$PG_BIN/pg_config" --sharedir)/extension (log: $SETUP_LOG)"
+else
+    echo "set-up failed (log: $SETUP_LOG); its last lines:" >&2
+    tail -n 25 "$SETUP_LOG" >&2
+    exit 1
+fi
 
 # --- a throwaway cluster, owned by the unprivileged user ------------------------
 DEMO="$(mktemp -d /tmp/pg_claim-demo.XXXXXX)"
@@ -225,7 +240,32 @@ FROM demo_done;
 \echo 'claim.queue_stats:'
 SELECT * FROM claim.queue_stats;
 SQL
-echo "demo finished: every item completed exactly once, the expired lease was reclaimed under a higher token, the stale token was refused."
+
+step "why the tokens start where they do: restart the server and claim again"
+sql <<'SQL'
+SELECT max(token) AS before_restart FROM demo_done \gset
+SELECT last_value AS ceiling FROM claim.token_ceiling \gset
+\echo 'highest token so far:' :before_restart '- durable ceiling (claim.token_ceiling):' :ceiling
+SQL
+as_user pg_ctl -D "$PGDATA" -l "$DEMO/server.log" -m fast -w restart >/dev/null
+sql <<'SQL'
+SELECT max(token) AS before_restart FROM demo_done \gset
+SELECT claim.enqueue('demo', '{"job": "after the restart"}') \gset
+SELECT token AS after_restart FROM claim.claim_next('demo') \gset
+SELECT claim.complete(:after_restart) \gset
+\echo 'first token after the restart:' :after_restart
+\echo 'A token is never handed out twice, not even across a crash. The server keeps a durable'
+\echo 'ceiling above every token it has handed out (claim.token_ceiling, raised 65536 tokens at a'
+\echo 'time with one WAL flush), and the first grant after every server start moves the token'
+\echo 'sequence up to that ceiling. So a new database starts with small tokens, and after each'
+\echo 'restart or crash the tokens go on above the ceiling: they have gaps but always increase.'
+SELECT (:after_restart > :before_restart) AS increasing \gset
+\if :increasing
+\else
+    DO $$ BEGIN RAISE EXCEPTION 'the first token after the restart is not higher than every earlier one'; END $$;
+\endif
+SQL
+echo "demo finished: every item completed exactly once, the expired lease was reclaimed under a higher token, the stale token was refused, tokens kept increasing across a restart."
 
 if (( WITH_PYTHON )); then
     step "the Python worker example against the demo cluster"

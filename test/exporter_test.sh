@@ -21,7 +21,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 EXPORTER=/usr/bin/prometheus-postgres-exporter
 PASSED=0
@@ -94,10 +94,10 @@ SELECT claim.create_queue('idle', lease => '1 hour');
 SELECT claim.create_queue('held', lease => '1 hour');
 SELECT claim.enqueue('jobs', jsonb_build_object('n', g)) FROM generate_series(1, 10) g;
 SELECT claim.enqueue('jobs', '{}', run_at => clock_timestamp() + interval '1 day');
-SELECT claim.complete(array_agg(token)) FROM claim.claim_next('jobs', n => 3);
+SELECT claim.complete_many(array_agg(token)) FROM claim.claim_next('jobs', n => 3);
 SELECT claim.fail(token, 'retry me') FROM claim.claim_next('jobs');
 SELECT claim.fail(token, 'broken') FROM claim.claim_next('jobs') WHERE attempt = 2;
-SELECT claim.cancel('jobs', ARRAY(SELECT id FROM claim.items i JOIN claim.queues q USING (queue_id)
+SELECT claim.cancel_many('jobs', ARRAY(SELECT id FROM claim.items i JOIN claim.queues q USING (queue_id)
                                   WHERE q.name = 'jobs' AND i.state = 'r' AND i.run_at IS NULL
                                   ORDER BY id LIMIT 1));
 SELECT count(*) FROM claim.claim_next('jobs', n => 2);

@@ -188,7 +188,7 @@ run_case baseline "$CALLS"
 run_case plain_insert "$CALLS"
 run_case enqueue "$CALLS"
 run_case claim_next "$CALLS" \
-    "SELECT claim.enqueue_batch('m_claim', array_agg('{}'::jsonb)) FROM generate_series(1, $TOTAL)"
+    "SELECT claim.enqueue_many('m_claim', array_agg('{}'::jsonb)) FROM generate_series(1, $TOTAL)"
 run_case complete "$CALLS" \
     "INSERT INTO m_tokens SELECT row_number() OVER (ORDER BY token), token FROM claim.claims c JOIN claim.queues q USING (queue_id) WHERE q.name = 'm_claim'"
 run_case claim_wait "$WAIT_CALLS"
@@ -196,7 +196,7 @@ run_case lease "$CALLS"
 run_case once "$CALLS"
 run_case trigger "$CALLS"
 run_case group_claim "$((CALLS / 10))" \
-    "SELECT claim.enqueue_batch('m_group', array_agg('{}'::jsonb), array_agg('g' || (n / 10))) FROM generate_series(0, $((TOTAL + 10 * WARM)) ) AS n"
+    "SELECT claim.enqueue_many('m_group', array_agg('{}'::jsonb), array_agg('g' || (n / 10))) FROM generate_series(0, $((TOTAL + 10 * WARM)) ) AS n"
 
 # --- the background worker over many rounds ------------------------------------
 # Its memory is read with pg_log_backend_memory_contexts(pid), which makes the

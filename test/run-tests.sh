@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test/run-tests.sh — the README's test command (also what .ci/run calls).
 #
-# Run as root on Debian 12:  bash test/run-tests.sh
+# Run as root on Debian 12 (PostgreSQL 15), 13 (17) or sid (18):  bash test/run-tests.sh
 #
 # 1. test/setup.sh: installs what is missing, builds and installs the extension,
 #    creates the unprivileged user "pgclaim".
@@ -13,6 +13,7 @@
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest
 #      clients    test/clients.sh: the Python and Node clients, also through PgBouncer
+#      drivers    test/drivers.sh: the worker of docs/drivers.md in seven drivers
 #      ops        test/exporter_test.sh, test/dashboard_test.sh
 #      hardening  test/soak.sh, test/sqlsmith.sh, test/memory_flat.sh
 # 4. Prints a per-layer summary and, as the very last line: "N passed, N failed".
@@ -29,13 +30,15 @@
 #   a server that does not start, a timeout) counts as one failure.
 #
 # Environment:
+#   PG_MAJOR               PostgreSQL major where several are installed
+#                          (default: test/pg-major.sh picks the highest installed)
 #   PGCLAIM_USER           OS user that runs the servers   (default pgclaim)
 #   PGCLAIM_LAYER_TIMEOUT  seconds per layer at most       (default 900)
 #   PGCLAIM_TIME_BUDGET    seconds for all layers together (default 2700; a
 #                          layer gets what is left, at most the layer timeout)
 #   PGCLAIM_KEEP=1         keep the scratch directory even when all passed
 #   PGCLAIM_LAYERS         layers to run, space-separated  (default: regress
-#                          isolation tap unit clients ops hardening; also
+#                          isolation tap unit clients drivers ops hardening; also
 #                          valgrind, which is slow: see docs/hardening.md)
 #   PGCLAIM_SOAK_SECONDS, PGCLAIM_SQLSMITH_SECONDS  (default 60 each)
 #   PGCLAIM_SKIP_SETUP=1   do not run test/setup.sh (it must have run before)
@@ -43,13 +46,13 @@
 set -uo pipefail   # no -e: a failing layer must not stop the others
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+# PG_MAJOR, PG_BIN, PGXS_SRC (exported PG_MAJOR: setup and the script layers agree)
+. "$ROOT/test/pg-major.sh" || PG_MAJOR=""
 PG_CONFIG="$PG_BIN/pg_config"
-PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 MAX_LAYER_TIMEOUT="${PGCLAIM_LAYER_TIMEOUT:-900}"
 TIME_BUDGET="${PGCLAIM_TIME_BUDGET:-2700}"
-LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit clients ops hardening})
+LAYERS=(${PGCLAIM_LAYERS:-regress isolation tap unit clients drivers ops hardening})
 
 declare -A PASSED FAILED NOTE
 TOTAL_PASSED=0
@@ -154,22 +157,38 @@ show_file() {
     return 0
 }
 
-# Count pg_regress / pg_isolation_regress result lines in a log:
+# Count pg_regress / pg_isolation_regress result lines in a log. Up to
+# PostgreSQL 15:
 #   "test name   ... ok   12 ms", "     name   ... FAILED   3 ms", "... failed (ignored)"
+# from 16 on (TAP):
+#   "ok 1         - name   12 ms", "not ok 2     + name   3 ms", "... # (ignored)"
 # Sets R_OK, R_FAIL, R_IGN and prints the names of failed tests.
+REGRESS_OLD_RE='^(test[[:space:]]+|[[:space:]]+)([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))'
+REGRESS_TAP_RE='^(not )?ok[[:space:]]+[0-9]+[[:space:]]+[-+][[:space:]]+([^[:space:]]+)[[:space:]]+[0-9.]+ ms(.*)$'
 count_regress_log() {
-    local log=$1 re='^(test[[:space:]]+|[[:space:]]+)([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))'
+    local log=$1
     R_OK=0; R_FAIL=0; R_IGN=0; R_FAILED_NAMES=()
     local line
     while IFS= read -r line; do
-        if [[ $line =~ $re ]]; then
+        if [[ $line =~ $REGRESS_OLD_RE ]]; then
             case "${BASH_REMATCH[3]}" in
                 ok) R_OK=$((R_OK + 1)) ;;
                 FAILED) R_FAIL=$((R_FAIL + 1)); R_FAILED_NAMES+=("${BASH_REMATCH[2]}") ;;
                 *) R_IGN=$((R_IGN + 1)) ;;
             esac
+        elif [[ $line =~ $REGRESS_TAP_RE ]]; then
+            if [[ ${BASH_REMATCH[3]} == *ignored* ]]; then R_IGN=$((R_IGN + 1))
+            elif [[ -z ${BASH_REMATCH[1]} ]]; then R_OK=$((R_OK + 1))
+            else R_FAIL=$((R_FAIL + 1)); R_FAILED_NAMES+=("${BASH_REMATCH[2]}")
+            fi
         fi
     done <"$log"
+}
+
+# regress_has_result LOG TEST: the log has a result line (either format) for TEST.
+regress_has_result() {
+    grep -qE "^(test[[:space:]]+|[[:space:]]+)$2[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))" "$1" ||
+        grep -qE "^(not )?ok[[:space:]]+[0-9]+[[:space:]]+[-+][[:space:]]+$2[[:space:]]+[0-9.]+ ms" "$1"
 }
 
 # ---------------------------------------------------------------------------
@@ -202,7 +221,7 @@ run_pg_regress_layer() {
     # server not started, timeout) is a failure too.
     local t missing=0
     for t in $list; do
-        if ! grep -qE "^(test[[:space:]]+|[[:space:]]+)$t[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed \(ignored\))" "$log"; then
+        if ! regress_has_result "$log" "$t"; then
             missing=$((missing + 1)); R_FAILED_NAMES+=("$t (no result)")
         fi
     done
@@ -249,8 +268,10 @@ run_tap_layer() {
         return
     fi
     # The environment pgxs.mk's prove_installcheck sets, adapted to this layout:
-    # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check, Cluster.pm needs
-    # PG_REGRESS (for --config-auth) and the server binaries in PATH.
+    # PostgreSQL::Test::Utils writes to $TESTDIR/tmp_check (up to 15) or to
+    # $TESTDATADIR and $TESTLOGDIR (from 16 on: the same absolute paths, so a
+    # test may chdir), Cluster.pm needs PG_REGRESS (for --config-auth) and the
+    # server binaries in PATH.
     local tap_start=$SECONDS left
     for f in "${files[@]}"; do
         local name; name=$(basename "$f")
@@ -265,6 +286,8 @@ run_tap_layer() {
         fi
         (cd "$TREE/test" && as_user timeout -k 10 "$left" env \
             TESTDIR="$TREE/test" \
+            TESTDATADIR="$TREE/test/tmp_check" \
+            TESTLOGDIR="$TREE/test/tmp_check/log" \
             PG_REGRESS="$PGXS_SRC/test/regress/pg_regress" \
             PGXS="$PGXS_SRC/makefiles/pgxs.mk" \
             PG_CONFIG="$PG_CONFIG" \
@@ -396,6 +419,7 @@ for layer in "${LAYERS[@]}"; do
         tap)       run_tap_layer ;;
         unit)      run_unit_layer ;;
         clients)   run_script_layer clients test/clients.sh ;;
+        drivers)   run_script_layer drivers test/drivers.sh ;;
         ops)       run_script_layer ops test/exporter_test.sh test/dashboard_test.sh ;;
         hardening) run_script_layer hardening "test/soak.sh ${PGCLAIM_SOAK_SECONDS:-60}" \
                                               "test/sqlsmith.sh ${PGCLAIM_SQLSMITH_SECONDS:-60}" \

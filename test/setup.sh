@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# test/setup.sh — prepare a Debian 12 machine to build and test pg_claim.
+# test/setup.sh — prepare a Debian machine to build and test pg_claim
+# (Debian 12: PostgreSQL 15, Debian 13: 17, sid: 18; see test/pg-major.sh).
 #
 # Run as root from anywhere; idempotent and fast on re-runs:
 #   1. installs the missing Debian packages (apt only when something is missing),
-#   2. builds the extension with PGXS and installs it into PostgreSQL 15,
+#   2. builds the extension with PGXS and installs it into PostgreSQL $PG_MAJOR,
 #   3. creates the unprivileged OS user that runs every test server
 #      (PostgreSQL refuses to run as root).
 #
 # Environment:
+#   PG_MAJOR         PostgreSQL major to install and build against (default:
+#                    the highest installed, else the system's default)
 #   PGCLAIM_USER     OS user for the servers            (default: pgclaim)
 #   PGCLAIM_NO_BUILD set to 1 to skip make / make install
 #   JOBS             parallel make jobs                  (default: 2)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+# shellcheck source=pg-major.sh
+. "$ROOT/test/pg-major.sh"
 PG_CONFIG="$PG_BIN/pg_config"
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 JOBS="${JOBS:-2}"
@@ -28,7 +32,7 @@ fi
 
 # --- 1. packages --------------------------------------------------------------
 PACKAGES=(
-    postgresql-15 postgresql-server-dev-15 postgresql-contrib   # server, headers, pgxs, pg_regress
+    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"   # server (contrib included), headers, pgxs, pg_regress
     build-essential g++ make cmake                              # toolchains (PGXS and CMake)
     libgtest-dev googletest                                     # unit tests
     libipc-run-perl                                             # TAP (PostgreSQL::Test::Cluster)
@@ -36,7 +40,7 @@ PACKAGES=(
     util-linux passwd                                           # runuser, useradd
 )
 # >>> pg_claim_proxy (docs/partitions.md): PL/Proxy for the front
-PACKAGES+=(postgresql-15-plproxy)
+PACKAGES+=("postgresql-$PG_MAJOR-plproxy")
 # <<< pg_claim_proxy
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -88,7 +88,7 @@ SELECT claim.enqueue('jobs', jsonb_build_object('n', n), group_key => CASE WHEN 
                      priority => n % 4, run_at => CASE WHEN n % 10 = 0 THEN clock_timestamp() + interval '1 hour' END,
                      dedup_key => CASE WHEN n % 11 = 0 THEN 'd' || n END)
 FROM generate_series(1, 300) AS n;
-SELECT claim.enqueue_batch('jobs', array_agg(jsonb_build_object('b', n)), array_agg('bg' || (n % 5)))
+SELECT claim.enqueue_many('jobs', array_agg(jsonb_build_object('b', n)), array_agg('bg' || (n % 5)))
 FROM generate_series(1, 50) AS n;
 SELECT count(*) FROM claim.claim_next('jobs', 20, lease => '1 hour', worker => 'fixture');
 SELECT count(*) FROM claim.group_claim('jobs', 10, lease => '1 hour', worker => 'fixture-g');

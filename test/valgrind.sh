@@ -40,7 +40,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=soak/cluster.sh
 . "$ROOT/test/soak/cluster.sh"
 
-PGXS_SRC=/usr/lib/postgresql/15/lib/pgxs/src
+PGXS_SRC="$(dirname "$PG_BIN")/lib/pgxs/src"
 OUTDIR="${VALGRIND_OUT:-/tmp/pg_claim-valgrind-out}"
 SUPP="$ROOT/test/valgrind/postgres.supp"
 PASSED=0

@@ -4,9 +4,9 @@
 // minimal hand-written loop on the same driver (8 concurrent loops, each on
 // its own connection: claim_next, then complete), measured in the same run.
 //
-//   PGCLAIM_BENCH_DSN=postgresql://user@host:port/db node bench.js [jobs per window] [rounds]
+//   PG_CLAIM_DSN=postgresql://user@host:port/db node bench.js [jobs per window] [rounds]
 //
-// (PGCLAIM_TEST_DSN is used when PGCLAIM_BENCH_DSN is not set.) Each round
+// (Without PG_CLAIM_DSN, libpq's PG* variables.) Each round
 // runs its windows in mirrored order (hand-written, Worker, Worker,
 // hand-written; on a server with claim_next(done), also the Worker with
 // `piggyback: true`), each on a fresh queue filled beforehand (the
@@ -17,7 +17,7 @@
 const pg = require('pg');
 const { Worker, Client } = require('.');
 
-const DSN = process.env.PGCLAIM_BENCH_DSN || process.env.PGCLAIM_TEST_DSN;
+const DSN = process.env.PG_CLAIM_DSN || undefined;
 const JOBS = Number(process.argv[2] || 20000);
 const ROUNDS = Number(process.argv[3] || 1);
 const CONCURRENCY = 8;
@@ -84,7 +84,6 @@ async function withWorker(name, piggyback) {
 }
 
 async function main() {
-  if (!DSN) throw new Error('set PGCLAIM_BENCH_DSN (or PGCLAIM_TEST_DSN)');
   const admin = new Client({ connectionString: DSN });
   const { detectFeatures } = require('./lib/util');
   const f = await detectFeatures(admin.pool);

@@ -9,7 +9,14 @@ export type Duration = number | string;
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** A claimed item, as the handler sees it. Ids and tokens are bigint, given as decimal strings. */
+/**
+ * A claimed item, as the handler sees it. Ids and tokens are bigint, given as
+ * decimal strings. A token is a string end to end: the worker reads it as
+ * text, so no int8 type parser of the pool (such as setTypeParser(20,
+ * parseInt)) can change it, and sends it back as given. Every token of
+ * pg_claim 0.3.0 is at most 2^53 - 1 (Number.MAX_SAFE_INTEGER), so
+ * Number(job.token) and BigInt(job.token) are exact too.
+ */
 export interface Job<P = any> {
   queue: string;
   id: string;
@@ -45,6 +52,7 @@ export interface Logger {
   error?(message: string): void;
 }
 
+/** Where to connect. With none of the three: $PG_CLAIM_DSN, else libpq's PG* variables. */
 export interface ConnectionOptions {
   /** A libpq-style URL, for a pool the worker or client creates and ends. */
   connectionString?: string;
@@ -78,7 +86,7 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   piggyback?: boolean;
   /** Claim loops, each on its own connection, each claiming up to concurrency/lanes items (default 1). */
   lanes?: number;
-  /** Worker name recorded with each claim (default node:<host>:<pid>). */
+  /** Worker name recorded with each claim (default <host>:<pid>). */
   worker?: string;
   logger?: Logger;
 }
@@ -106,8 +114,14 @@ export declare class Worker<P = any, R = unknown> extends EventEmitter {
   /** The pool in use; set once run() started. */
   readonly pool: Pool | null;
   readonly running: boolean;
-  /** Claims and runs items until stop() or the signal; resolves once everything held is finished or released. */
-  run(): Promise<void>;
+  /**
+   * Claims and runs items until stop() or the signal; resolves once everything
+   * held is finished or released. Rejects at once with the error when a claim
+   * meets one that no retry can fix (UnknownQueueError, InvalidArgumentError,
+   * InvalidNameError, PermissionDeniedError, NotInstalledError,
+   * NotSupportedError); other errors are retried with backoff.
+   */
+  run(): Promise<WorkerStats>;
   /** Stops claiming, lets running handlers finish up to `grace`, then releases what is still held. */
   stop(): Promise<void>;
 
@@ -180,7 +194,7 @@ export interface CreateQueueOptions extends CallOptions {
 }
 
 export declare class Client {
-  constructor(options: ConnectionOptions);
+  constructor(options?: ConnectionOptions);
   readonly pool: Pool;
   /** Adds an item; resolves to its id. */
   enqueue(queue: string, payload?: Json, options?: EnqueueOptions): Promise<string>;
@@ -216,7 +230,7 @@ export declare class StaleTokenError extends PgClaimError {}
 export declare class PermitMismatchError extends PgClaimError {}
 /** 42704 */
 export declare class UnknownQueueError extends PgClaimError {}
-/** 22023, 22004 */
+/** 22023, 22004, 22007, 22008, 22P02, 22003, or an option the function does not have */
 export declare class InvalidArgumentError extends PgClaimError {}
 /** 42501 */
 export declare class PermissionDeniedError extends PgClaimError {}
@@ -228,8 +242,12 @@ export declare class DuplicateQueueError extends PgClaimError {}
 export declare class InvalidNameError extends PgClaimError {}
 /** 57014 */
 export declare class QueryCanceledError extends PgClaimError {}
-/** The server's pg_claim lacks the function a call needs. */
+/** The server's pg_claim lacks the function a call needs (42883, 0A000). */
 export declare class NotSupportedError extends PgClaimError {}
+/** 3F000 on schema claim: the database has no pg_claim. */
+export declare class NotInstalledError extends PgClaimError {}
+/** Lost or refused connection (class 08, or no SQLSTATE), 40001, 40P01, 57P01-57P03, 53xxx, 55P03. */
+export declare class TransientError extends PgClaimError {}
 
 /** Thrown by a handler: the item fails and is ready again after `afterMs`. */
 export declare class RetryError extends Error {
@@ -237,6 +255,14 @@ export declare class RetryError extends Error {
   readonly afterMs: number;
 }
 
-/** The pg_claim class for a driver error (by SQLSTATE); errors without one are returned unchanged. */
+/** The pg_claim class for a driver error (by SQLSTATE); a lost connection is a TransientError; other errors without a SQLSTATE are returned unchanged. */
 export declare function mapError(err: unknown): unknown;
+/** The class for a SQLSTATE (PgClaimError when none matches). */
+export declare function errorClass(code: string, message?: string): typeof PgClaimError;
+/** True when no retry can fix the error. */
+export declare function isFatal(err: unknown): boolean;
+/** True for an error a later try may not meet. */
+export declare function isTransient(err: unknown): boolean;
+/** <host>:<pid>, the default worker name. */
+export declare function defaultWorkerName(): string;
 export declare function isStale(err: unknown): boolean;

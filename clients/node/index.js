@@ -1,7 +1,7 @@
 'use strict';
 
 const errors = require('./lib/errors');
-const { Worker, handleSignals } = require('./lib/worker');
+const { Worker, handleSignals, defaultWorkerName } = require('./lib/worker');
 const { Client } = require('./lib/client');
 
-module.exports = { Worker, Client, handleSignals, ...errors };
+module.exports = { Worker, Client, handleSignals, defaultWorkerName, ...errors };

@@ -3,7 +3,7 @@
 minimal hand-written loop with the same driver and the same 8 threads
 (claim_next + complete, one connection per thread), in the same run.
 
-    PGCLAIM_TEST_DSN=postgresql://user@host:port/db /usr/bin/python3 clients/python/bench.py
+    PG_CLAIM_DSN=postgresql://user@host:port/db /usr/bin/python3 clients/python/bench.py
 
 With --done-loop, a hand-written one-round-trip loop (claim_next(done =>
 ...)) runs too. Each window drains a fresh queue of --jobs items; windows run
@@ -121,7 +121,7 @@ def window(kind: str, dsn: str, jobs: int, threads: int, prepare: bool) -> Tuple
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", default=os.environ.get("PGCLAIM_TEST_DSN", ""))
+    ap.add_argument("--dsn", default=os.environ.get("PG_CLAIM_DSN", ""))
     ap.add_argument("--jobs", type=int, default=10000)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
@@ -130,8 +130,6 @@ def main() -> int:
     ap.add_argument("--prepare", action="store_true",
                     help="let psycopg prepare statements (both sides); not behind PgBouncer < 1.21")
     args = ap.parse_args()
-    if not args.dsn:
-        ap.error("give --dsn or set PGCLAIM_TEST_DSN")
     with pg_claim.Client(args.dsn) as c:
         feats = c.features
     print(f"jobs per window {args.jobs}, {args.threads} threads, prepare={args.prepare}, "

@@ -4,7 +4,7 @@
 
     /usr/bin/python3 clients/python/example.py "postgresql://user@host:port/db"
 
-(or set PGCLAIM_DSN). Creates the queue "example" if it does not exist.
+(or set PG_CLAIM_DSN; without either, libpq's PG* variables). Creates the queue "example" if it does not exist.
 Stop it early with Ctrl-C: handlers in flight finish, the rest stays queued.
 """
 import logging
@@ -26,7 +26,7 @@ def handler(job: pg_claim.Job) -> dict:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    dsn = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PGCLAIM_DSN", "")
+    dsn = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("PG_CLAIM_DSN", "")
     with pg_claim.Client(dsn) as client:
         try:
             client.create_queue("example", lease="10 s")

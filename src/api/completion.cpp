@@ -205,7 +205,7 @@ PGCLAIM_FUNCTION(pgclaim_complete) {
 
 PGCLAIM_FUNCTION(pgclaim_complete_many) {
     pg::require_arg(fcinfo, 0, "tokens");
-    pg::require_primary("claim.complete");
+    pg::require_primary("claim.complete_many");
     bool skip_stale = PG_NARGS() > 1 && !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
     int nelems;
     int64 *given = api::int8_arg(fcinfo, 0, "tokens", false, &nelems);

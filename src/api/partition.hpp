@@ -6,19 +6,18 @@
 
 namespace pgclaim::api {
 
-// pg_claim.partition (defined in module.cpp): the partition number of this
-// database, 0..token::kMaxPartition, set with ALTER DATABASE ... SET.
+// pg_claim.partition (defined in module.cpp): what the sessions of this
+// database expect its partition to be, 0..token::kMaxPartition. The
+// partition itself is the range of claim.token_seq (claim.set_partition
+// changes both); before_tokens refuses a grant where they differ.
 extern int guc_partition;
 
-// The token for a value of claim.token_seq in this database's partition.
-int64 make_token(int64 seq);
+// The token for a value of claim.token_seq: the sequence hands out whole
+// tokens, partition bits included.
+inline int64 make_token(int64 seq) { return seq; }
 
 }  // namespace pgclaim::api
 
 // The same as SQL, for statements that take their token inside the
-// statement: nextval('claim.token_seq') placed in the partition of
-// pg_claim.partition (the factor is token::kPartitionUnit; partition.cpp
-// checks that they agree). claim.token_seq stops at token::kMaxSeq.
-#define PGCLAIM_NEXT_TOKEN_SQL                                                  \
-    "(pg_catalog.nextval('claim.token_seq') + "                                 \
-    "pg_catalog.current_setting('pg_claim.partition')::pg_catalog.int8 * 9007199254740992)"
+// statement.
+#define PGCLAIM_NEXT_TOKEN_SQL "pg_catalog.nextval('claim.token_seq')"

@@ -297,7 +297,7 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     pg::require_arg(fcinfo, 1, "payloads");
     pg::require_arg(fcinfo, 4, "priority");
     check_priority(PG_GETARG_INT32(4));
-    pg::require_primary("claim.enqueue_batch");
+    pg::require_primary("claim.enqueue_many");
     char *name = pg::arg_cstring(fcinfo, 0);
     ArrayType *payloads = PG_GETARG_ARRAYTYPE_P(1);
     if (ARR_NDIM(payloads) > 1)

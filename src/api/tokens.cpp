@@ -1,29 +1,114 @@
-// Fencing tokens (README, "Tokens"): the jump of the token sequence after
-// a restart, the WAL flush without the preload, the checks of a token
-// argument, and PC001 for a token that is not a live claim.
+// Fencing tokens (README, "Tokens"; docs/partitions.md): the partition
+// check, the durable ceiling and the move of the sequence at the first grant
+// after a server start, the WAL flush without the preload, the checks of a
+// token argument, and PC001 for a token that is not a live claim.
+#include "api/partition.hpp"
 #include "api/shared.hpp"
 
+#include "pg/token_store.hpp"
 #include "shmem/wakeup.hpp"
 
 namespace pgclaim::api {
 
 namespace {
-// 2^32: more tokens than a server could hand out between two WAL flushes.
-pg::Stmt s_token_jump = {
+namespace ts = pg::token_store;
+
+// A durable ceiling this backend has seen (of the sequence ceiling_oid): a
+// token up to it may leave without another look at the ceiling.
+int64 known_ceiling = 0;
+Oid ceiling_oid = InvalidOid;
+
+// Before the 0.3.0 update the schema has no ceiling: the first grant after a
+// start moves the sequence 2^32 ahead instead, as 0.2.0 did.
+pg::Stmt s_old_jump = {
     "SELECT pg_catalog.setval('claim.token_seq',"
     "                         pg_catalog.nextval('claim.token_seq') + 4294967296)",
     0, {}, nullptr};
+
+void forget_other_ceiling(const ts::Seqs &s) {
+    if (s.ceiling != ceiling_oid) {
+        ceiling_oid = s.ceiling;
+        known_ceiling = 0;
+    }
+}
+
+// The first grant in this database since shared memory was set up: move the
+// sequence past the durable ceiling (past every token a crash may have lost),
+// a timeline jump further on a new timeline, and reserve the next block.
+void fence(const ts::Seqs &s) {
+    ts::lock();
+    if (!shmem::tokens_fenced()) {
+        int64 seq = ts::last_value(s.token_seq);
+        int64 ceiling = ts::last_value(s.ceiling);
+        uint32 tli = ts::timeline();
+        bool new_timeline = (uint64)ts::last_value(s.timeline) != (uint64)tli;
+        int64 at = 0, next_ceiling = 0;
+        pg::call_core([&] {
+            at = token::fence_start(seq, ceiling, new_timeline);
+            next_ceiling = token::ceiling_for(at);
+        });
+        if (at != seq) ts::set_value(s.token_seq, at);
+        if (new_timeline) ts::set_value(s.timeline, (int64)tli);
+        ts::set_value(s.ceiling, next_ceiling);
+        ts::flush(s.ceiling);  // the last of the three records: all are on disk
+        forget_other_ceiling(s);
+        known_ceiling = next_ceiling;
+        shmem::mark_tokens_fenced();
+    }
+    ts::unlock();
+}
 }  // namespace
 
 void before_tokens() {
+    ts::Seqs s = ts::lookup();
+    if (!OidIsValid(s.ceiling)) {
+        if (guc_partition != 0)
+            pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                       "Run ALTER EXTENSION pg_claim UPDATE in this database (docs/partitions.md)."},
+                      "pg_claim.partition is %d, but the extension in this database predates 0.3.0, "
+                      "whose tokens carry the partition",
+                      guc_partition);
+        if (!shmem::preloaded() || shmem::tokens_fenced()) return;
+        pg::run(s_old_jump, nullptr, nullptr);
+        pg::flush_token_wal();
+        shmem::mark_tokens_fenced();
+        return;
+    }
+    int partition = ts::partition_of_seq(s.token_seq);
+    if (partition != guc_partition)
+        pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                   "A database's partition changes only with claim.set_partition(partition), "
+                   "which also sets pg_claim.partition for the database; sessions opened before "
+                   "it reconnect. Never set pg_claim.partition for a session or a role "
+                   "(docs/partitions.md)."},
+                  "pg_claim.partition is %d in this session, but this database hands out the "
+                  "tokens of partition %d",
+                  guc_partition, partition);
     if (!shmem::preloaded() || shmem::tokens_fenced()) return;
-    pg::run(s_token_jump, nullptr, nullptr);
-    pg::flush_token_wal();
-    shmem::mark_tokens_fenced();
+    fence(s);
 }
 
 void after_tokens() {
-    if (!shmem::preloaded()) pg::flush_token_wal();
+    if (!shmem::preloaded()) {
+        pg::flush_token_wal();
+        return;
+    }
+    ts::Seqs s = ts::lookup();
+    if (!OidIsValid(s.ceiling)) return;  // before the update: the jump covers them
+    forget_other_ceiling(s);
+    int64 handed = ts::last_value(s.token_seq);
+    if (handed <= known_ceiling) return;
+    // A token above every ceiling seen here: it leaves the server only once
+    // a durable ceiling covers it.
+    ts::lock();
+    int64 ceiling = ts::last_value(s.ceiling);
+    if (ceiling < handed) {
+        pg::call_core([&] { ceiling = token::ceiling_for(handed); });
+        ts::set_value(s.ceiling, ceiling);
+        ts::flush(s.ceiling);
+    }
+    known_ceiling = ceiling;
+    ts::unlock();
 }
 
 int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {

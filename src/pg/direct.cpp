@@ -1,6 +1,7 @@
 // Server layer: see direct.hpp.
 #include "pg/direct.hpp"
 #include "pg/direct_tables.hpp"
+#include "pg/compat.hpp"
 
 #include <algorithm>
 
@@ -183,7 +184,7 @@ Catalog cat;
 bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot) {
     ScanKeyData k;
     ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(key));
-    IndexScanDesc scan = index_beginscan(heap, idx, snap, 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(heap, idx, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
     index_endscan(scan);
@@ -243,7 +244,7 @@ void insert_slot(Tables *t) {
     ExecStoreVirtualTuple(t->ins_slot);
     simple_table_tuple_insert(t->rri->ri_RelationDesc, t->ins_slot);
     if (t->rri->ri_NumIndices > 0)
-        (void)ExecInsertIndexTuples(t->rri, t->ins_slot, t->estate, false, false, nullptr, NIL);
+        (void)compat::insert_index_entries(t->rri, t->ins_slot, t->estate);
     ResetPerTupleExprContext(t->estate);
 }
 
@@ -372,7 +373,7 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap) {
     ScanKeyData k;
     ScanKeyEntryInitialize(&k, 0, 1, BTEqualStrategyNumber, InvalidOid,
                            t->queues_name->rd_indcollation[0], F_TEXTEQ, name);
-    IndexScanDesc scan = index_beginscan(t->queues, t->queues_name, snap, 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(t->queues, t->queues_name, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     int32 id = -1;
     if (index_getnext_slot(scan, ForwardScanDirection, t->queue_slot)) {

@@ -1,6 +1,7 @@
 // Many new items of one queue at once (see direct.hpp, ItemBatch): heap
 // rows through table_multi_insert, then their index entries.
 #include "pg/direct_tables.hpp"
+#include "pg/compat.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -67,8 +68,7 @@ void batch_flush(ItemBatch *b) {
     table_multi_insert(t->items, b->slots, b->n, b->cid, 0, nullptr);
     for (int i = 0; i < b->n; ++i) {
         if (t->rri->ri_NumIndices > 0)
-            (void)ExecInsertIndexTuples(t->rri, b->slots[i], t->estate, false, false, nullptr,
-                                        NIL);
+            (void)compat::insert_index_entries(t->rri, b->slots[i], t->estate);
         ResetPerTupleExprContext(t->estate);
         ExecClearTuple(b->slots[i]);
     }

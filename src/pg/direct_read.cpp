@@ -1,6 +1,7 @@
 // Direct reads of claim.items and claim.claims (see direct.hpp): the ready
 // scan in delivery order, claim and item probes, and the group check.
 #include "pg/direct_tables.hpp"
+#include "pg/compat.hpp"
 
 #include <algorithm>
 
@@ -57,7 +58,7 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
                                InvalidOid, PointerGetDatum(s->row));
         nkeys = 2;
     }
-    s->scan = index_beginscan(t->items, t->items_ready, snap, nkeys, 0);
+    s->scan = compat::begin_index_scan(t->items, t->items_ready, snap, nkeys);
     index_rescan(s->scan, s->keys, nkeys, nullptr, 0);
     return s;
 }
@@ -102,7 +103,7 @@ bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
 int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids) {
     ScanKeyData k;
     ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
-    IndexScanDesc scan = index_beginscan(t->claims, t->claims_token, snap, 1, 0);
+    IndexScanDesc scan = compat::begin_index_scan(t->claims, t->claims_token, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     int n = 0, cap = 4;
     int64 *v = (int64 *)palloc(sizeof(int64) * cap);
@@ -157,7 +158,7 @@ bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Sna
     ScanKeyEntryInitialize(&k[1], 0, 2, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
                            F_TEXTEQ, group_key);
     ScanKeyInit(&k[2], 3, BTLessStrategyNumber, F_INT8LT, Int64GetDatum(id));
-    IndexScanDesc scan = index_beginscan(t->items, t->items_group, snap, 3, 0);
+    IndexScanDesc scan = compat::begin_index_scan(t->items, t->items_group, snap, 3);
     index_rescan(scan, k, 3, nullptr, 0);
     TupleTableSlot *slot = t->group_slot;
     bool found = false;

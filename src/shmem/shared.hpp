@@ -22,7 +22,7 @@ inline constexpr int kMaxDbSlots = 256;    // hard cap of the database registry
 inline constexpr int kNotifyQueues = 32;   // queue ids remembered per database for NOTIFY
 inline constexpr int kFrontierSlots = 1024; // claim scan frontiers, hashed by queue
 
-// One per PGPROC (indexed by pgprocno).
+// One per PGPROC (indexed by compat::proc_number).
 struct Waiter {
     Oid db;
     int kind;

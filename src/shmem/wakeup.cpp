@@ -11,6 +11,7 @@
 #include "shmem/wakeup.hpp"
 
 #include "shmem/shared.hpp"
+#include "shmem/compat.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -204,8 +205,9 @@ bool unregister(Waiter *w, bool *pass_on = nullptr) {
 
 void on_exit_unregister(int, Datum) {
     if (shared == nullptr || MyProc == nullptr) return;
-    if (MyProc->pgprocno < 0 || MyProc->pgprocno >= shared->nwaiter_slots) return;
-    Waiter *w = &shared->waiters[MyProc->pgprocno];
+    int procno = compat::proc_number(MyProc);
+    if (procno < 0 || procno >= shared->nwaiter_slots) return;
+    Waiter *w = &shared->waiters[procno];
     if (w->waiting) (void)unregister(w);
 }
 
@@ -282,7 +284,8 @@ void at_commit_poke(bool launcher, bool worker) {
 }
 
 bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
-    if (shared == nullptr || MyProc == nullptr || MyProc->pgprocno >= shared->nwaiter_slots) {
+    if (shared == nullptr || MyProc == nullptr ||
+        compat::proc_number(MyProc) >= shared->nwaiter_slots) {
         fallback_wait(timeout_ms);
         return false;
     }
@@ -305,7 +308,7 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
     if (last_wait_end > baseline) baseline = last_wait_end;
     uint32 b = bucket_of(MyDatabaseId, (int)kind, key);
 
-    Waiter *w = &shared->waiters[MyProc->pgprocno];
+    Waiter *w = &shared->waiters[compat::proc_number(MyProc)];
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     w->db = MyDatabaseId;
     w->kind = (int)kind;

@@ -39,7 +39,7 @@ NGROUPS=100000
 BULK_ROWS=100000
 PORT=5497
 RUN_USER=pgclaim
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
 [[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
 PGBIN=$("$PG_CONFIG" --bindir)
 
@@ -113,10 +113,10 @@ q "DO \$\$
 DECLARE c int := 10000;
 BEGIN
   FOR s IN 0 .. ($ITEMS / c) - 1 LOOP
-    PERFORM count(*) FROM claim.enqueue_batch('grouped',
+    PERFORM count(*) FROM claim.enqueue_many('grouped',
         (SELECT array_agg(jsonb_build_object('n', g) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g),
         (SELECT array_agg('g' || (g % $NGROUPS) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g));
-    PERFORM count(*) FROM claim.enqueue_batch('plain',
+    PERFORM count(*) FROM claim.enqueue_many('plain',
         (SELECT array_agg(jsonb_build_object('n', g) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g));
   END LOOP;
 END \$\$;"
@@ -126,7 +126,7 @@ cat >"$S/group_claim.sql" <<'EOF'
 SELECT claim.complete(t) FROM (SELECT min(token) AS t FROM claim.group_claim('grouped')) s WHERE t IS NOT NULL;
 EOF
 cat >"$S/claim_next10.sql" <<'EOF'
-SELECT claim.complete(a) FROM (SELECT array_agg(token) AS a FROM claim.claim_next('plain', 10)) s WHERE a IS NOT NULL;
+SELECT claim.complete_many(a) FROM (SELECT array_agg(token) AS a FROM claim.claim_next('plain', 10)) s WHERE a IS NOT NULL;
 EOF
 cat >"$S/claim_next1.sql" <<'EOF'
 SELECT claim.complete(token) FROM claim.claim_next('plain');

@@ -21,7 +21,7 @@
 #                       figure is the median over the rounds (so a busy
 #                       neighbour on the machine hurts all three alike)
 #   BENCH_PORT=5497     port of the throwaway cluster (unix socket only)
-#   PG_CONFIG           pg_config of the PostgreSQL to use (default: Debian's 15)
+#   PG_CONFIG           pg_config of the PostgreSQL to use (default: test/pg-major.sh)
 #   BENCH_OUT=dir       output directory (default test/bench/out/leases)
 # As root the server runs as the unprivileged OS user `pgclaim` (test/setup.sh
 # creates it). The cluster lives in a temp directory and is removed at exit.
@@ -42,7 +42,7 @@ RUN_USER=pgclaim
 log() { printf '[lease bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
 [[ -x $PG_CONFIG ]] || PG_CONFIG=$(command -v pg_config) || die "pg_config not found"
 PGBIN=$("$PG_CONFIG" --bindir)
 for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done

@@ -27,9 +27,10 @@ verdict() {
 bench_init() {
     BENCH_NAME=$1
     RUN_USER=${RUN_USER:-pgclaim}
-    PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+    # PG_MAJOR / PG_CONFIG from the caller, else the major test/pg-major.sh picks
+    . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh" || die "no PostgreSQL found (run test/setup.sh)"
     [[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
-    command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-15)"
+    command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-$PG_MAJOR)"
     PGBIN=$("$PG_CONFIG" --bindir)
     local b
     for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done
@@ -246,7 +247,7 @@ fill_claim() {
         c=$(( n - done_ < chunk ? n - done_ : chunk ))
         keys=
         [[ -n $gexpr ]] && keys=", ARRAY(SELECT ($gexpr)::text FROM generate_series($((done_ + 1)), $((done_ + c))) g)"
-        echo "SELECT count(*) FROM claim.enqueue_batch('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g)$keys);"
+        echo "SELECT count(*) FROM claim.enqueue_many('$queue', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series($((done_ + 1)), $((done_ + c))) g)$keys);"
         done_=$(( done_ + c ))
     done | sql >/dev/null
     t1=$(now_s)

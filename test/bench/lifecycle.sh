@@ -150,7 +150,7 @@ if want 3; then
     # then the worker's ring moves on (a third of the longest retention per slot) and truncates.
     sql -c "SELECT claim.drop_queue('bench')" >/dev/null
     fill_claim short 2000 "retain => '2 seconds'"
-    sql -c "SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('short', n => 2000)))" >/dev/null
+    sql -c "SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claim_next('short', n => 2000)))" >/dev/null
     sleep 1.5
     DEAD_SHORT_BEFORE=$(dead_tuples)
     sleep 8

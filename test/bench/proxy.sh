@@ -34,12 +34,12 @@ P=4
 log() { printf '[proxy bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
 PGBIN=$("$PG_CONFIG" --bindir)
 SHARE=$("$PG_CONFIG" --sharedir)
 [[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (run test/setup.sh)"
 [[ -f $SHARE/extension/pg_claim_proxy.control ]] || die "pg_claim_proxy is not installed (make -C proxy install)"
-[[ -f $SHARE/extension/plproxy.control ]] || die "PL/Proxy is not installed (apt-get install postgresql-15-plproxy)"
+[[ -f $SHARE/extension/plproxy.control ]] || die "PL/Proxy is not installed (apt-get install postgresql-$PG_MAJOR-plproxy)"
 
 if [[ $(id -u) == 0 ]]; then
     AS=(runuser -u "$RUN_USER" --)
@@ -92,7 +92,7 @@ log "starting 4 partitions and a front (ports $PORT0..$((PORT0 + 4)))"
 opts=()
 for k in 0 1 2 3; do
     start_node "$k" "p$k" pg_claim
-    sql "$k" -c "CREATE EXTENSION pg_claim" -c "ALTER DATABASE postgres SET pg_claim.partition = $k"
+    sql "$k" -c "CREATE EXTENSION pg_claim" -c "SELECT claim.set_partition($k)"
     opts+=("p$k 'host=$WORK port=$(port_of "$k") dbname=postgres connect_timeout=2'")
 done
 start_node 4 front ''
@@ -141,7 +141,7 @@ fill() {
     for q in $(seq 0 15); do
         k=${HOME[$q]}
         if [[ $q == 0 ]]; then n=$((DUR * 8000)); else n=$((DUR * 1500)); fi
-        sql "$k" -c "SELECT count(*) FROM claim.enqueue_batch('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
+        sql "$k" -c "SELECT count(*) FROM claim.enqueue_many('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
     done
     for k in 0 1 2 3; do sql "$k" -c "VACUUM ANALYZE" >/dev/null; done
 }

@@ -73,8 +73,7 @@ BENCH_NAME=bench
 # --------------------------------------------------------------------------- prerequisites
 PG_CONFIG=${PG_CONFIG:-}
 if [[ -z $PG_CONFIG ]]; then
-    if [[ -x /usr/lib/postgresql/15/bin/pg_config ]]; then PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-    else PG_CONFIG=pg_config; fi
+    . "$HERE/../pg-major.sh" || PG_CONFIG=pg_config
 fi
 
 if [[ ${BENCH_SETUP:-} == 1 ]] || { [[ ${BENCH_BASELINE_ONLY:-0} != 1 ]] && ! ext_installed; } \
@@ -84,7 +83,7 @@ if [[ ${BENCH_SETUP:-} == 1 ]] || { [[ ${BENCH_BASELINE_ONLY:-0} != 1 ]] && ! ex
         bash "$ROOT/test/setup.sh" >&2 || log "test/setup.sh failed; continuing with what is installed"
     fi
 fi
-command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-15 or run test/setup.sh)"
+command -v "$PG_CONFIG" >/dev/null 2>&1 || die "pg_config not found (install postgresql-server-dev-${PG_MAJOR:-N} or run test/setup.sh)"
 PGBIN=$("$PG_CONFIG" --bindir)
 for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done
 command -v gnuplot >/dev/null 2>&1 || log "gnuplot not found: no PNG will be drawn (apt-get install gnuplot-nox)"
@@ -119,7 +118,7 @@ bench_cluster "$PORT" "$([[ ${BENCH_STATS:-0} == 1 ]] && echo "pg_stat_statement
 bench_scripts   # claim_one, base_one, update_ref, durable_job_ref (lib.sh)
 cat >"$S/claim_batch.sql" <<EOF
 SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
-SELECT claim.complete(:tokens::bigint[]);
+SELECT claim.complete_many(:tokens::bigint[]);
 EOF
 cat >"$S/base_batch.sql" <<EOF
 WITH c AS (

@@ -19,7 +19,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PG_BIN=/usr/lib/postgresql/15/bin
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
 WAITERS=${WAITERS:-16}
 ITEMS=${ITEMS:-10000}
 RATE=${RATE:-1000}

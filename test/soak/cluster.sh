@@ -15,7 +15,9 @@
 #   cluster_start / cluster_stop [mode] / cluster_crash
 # The caller sets `trap cluster_cleanup EXIT` (or calls it from its own trap).
 
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# PG_BIN from the caller, else the major test/pg-major.sh picks
+[[ -n ${PG_BIN:-} ]] || . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh"
+PG_MAJOR=${PG_MAJOR:-$(basename "$(dirname "$PG_BIN")")}
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 CL_DB=${CL_DB:-postgres}
 

@@ -45,7 +45,7 @@ CRASHES = int(os.environ.get("SOAK_CRASHES", "-1"))
 PGDATA = os.environ["SOAK_PGDATA"]
 PGLOG = os.environ["SOAK_PGLOG"]
 RUN_USER = os.environ.get("SOAK_USER", "pgclaim")
-PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/%s/bin" % os.environ.get("PG_MAJOR", "15"))
 SEED = int(os.environ.get("SOAK_SEED", str(random.randrange(1 << 30))))
 LEASE = "2 seconds"          # queue lease: a terminated worker's items return quickly
 FENCE_TTL = 1.0              # lease TTL of the fenced counter's holders (seconds)
@@ -184,7 +184,7 @@ class Producer(Client):
             gs = [self.group() for _ in range(size)]
             with conn.transaction():
                 ids = [r[0] for r in conn.execute(
-                    "SELECT claim.enqueue_batch('soak_q', %s::jsonb[], %s::text[])",
+                    "SELECT claim.enqueue_many('soak_q', %s::jsonb[], %s::text[])",
                     ([Jsonb({"k": k}) for k in ks], gs)).fetchall()]
                 if len(ids) != size:
                     raise RuntimeError(f"enqueue_batch returned {len(ids)} ids for {size}")
@@ -256,7 +256,7 @@ class Worker(Client):
                     "INSERT INTO soak_effects (item_id, k, queue, group_key, token, worker)"
                     " VALUES (%s, %s, %s, %s, %s, %s)",
                     [(r[0], item_key(r[3]), queue, r[2], r[1], self.name) for r in rows])
-            done = conn.execute("SELECT claim.complete(%s::bigint[])", (tokens,)).fetchone()[0]
+            done = conn.execute("SELECT claim.complete_many(%s::bigint[])", (tokens,)).fetchone()[0]
             if done != len(rows):
                 raise RuntimeError(f"complete of {tokens} finished {done} items, expected {len(rows)}")
         count("completed", len(rows))

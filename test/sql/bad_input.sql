@@ -108,22 +108,22 @@ SELECT pg_temp.try($$SELECT claim.enqueue('q', '"text"') > 0$$);
 SELECT pg_temp.try($$SELECT claim.enqueue('q', '[1, [2, [3]]]') > 0$$);
 
 -- ================================================================ enqueue_batch
-SELECT pg_temp.try($$SELECT claim.enqueue_batch(NULL, ARRAY['{}']::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', NULL)$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY[NULL]::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY['{}', NULL]::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY[['{}', '{}'], ['{}', '{}']]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many(NULL, ARRAY['{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', NULL)$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY[NULL]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY['{}', NULL]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY[['{}', '{}'], ['{}', '{}']]::jsonb[])$$);
 -- an array whose subscripts do not start at 1: its elements in order
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', '[5:6]={"{}","{}"}'::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY['{}']::jsonb[], group_keys => ARRAY['a', 'b'])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY['{}']::jsonb[], group_keys => ARRAY[['a']])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY['{}']::jsonb[], run_at => 'infinity')$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('q', ARRAY['{}']::jsonb[], priority => NULL)$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('nope', ARRAY['{}']::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('', ARRAY['{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('q', '[5:6]={"{}","{}"}'::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY['{}']::jsonb[], group_keys => ARRAY['a', 'b'])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY['{}']::jsonb[], group_keys => ARRAY[['a']])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY['{}']::jsonb[], run_at => 'infinity')$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('q', ARRAY['{}']::jsonb[], priority => NULL)$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('nope', ARRAY['{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('', ARRAY['{}']::jsonb[])$$);
 -- an empty array and a NULL group key element are fine
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY[]::jsonb[])$$);
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['g', NULL])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('q', ARRAY[]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('q', ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['g', NULL])$$);
 
 -- ================================================================ claim_next
 SELECT pg_temp.try($$SELECT claim.claim_next(NULL)$$);
@@ -165,14 +165,14 @@ SELECT pg_temp.try(format('SELECT claim.complete(%s::bigint)', pg_temp.v('lease'
 SELECT pg_temp.try(format('SELECT claim.complete(%s::bigint)', pg_temp.v('guard')));
 
 -- ================================================================ complete(tokens[])
-SELECT pg_temp.try($$SELECT claim.complete(NULL::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[NULL]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[NULL]::bigint[], skip_stale => true)$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[[1, 2], [3, 4]]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0, -1]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0, -1]::bigint[], skip_stale => true)$$);
-SELECT pg_temp.try(format('SELECT claim.complete(ARRAY[%s]::bigint[])', pg_temp.v('lease')));
+SELECT pg_temp.try($$SELECT claim.complete_many(NULL::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[NULL]::bigint[], skip_stale => true)$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[[1, 2], [3, 4]]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[0, -1]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[0, -1]::bigint[], skip_stale => true)$$);
+SELECT pg_temp.try(format('SELECT claim.complete_many(ARRAY[%s]::bigint[])', pg_temp.v('lease')));
 
 -- ================================================================ fail
 SELECT pg_temp.try($$SELECT claim.fail(NULL)$$);
@@ -319,13 +319,13 @@ SELECT pg_temp.try($$SELECT claim.pause('q')$$);
 SELECT pg_temp.try($$SELECT claim.resume('q')$$);
 
 -- ================================================================ cancel
-SELECT pg_temp.try($$SELECT claim.cancel(NULL, ARRAY[1]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('q', NULL)$$);
-SELECT pg_temp.try($$SELECT claim.cancel('nope', ARRAY[1]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[NULL]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[[1], [2]]::bigint[])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('q', ARRAY[-1, 0, 9223372036854775807]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many(NULL, ARRAY[1]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('q', NULL)$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('nope', ARRAY[1]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('q', ARRAY[]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('q', ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('q', ARRAY[[1], [2]]::bigint[])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('q', ARRAY[-1, 0, 9223372036854775807]::bigint[])$$);
 
 -- ================================================================ item_state
 SELECT pg_temp.try($$SELECT claim.item_state(NULL, 1)$$);
@@ -342,9 +342,9 @@ SELECT pg_temp.try($$SELECT claim.item_state('q', 1, wait => '178000000 years')$
 -- ================================================================ results, done, after
 SELECT pg_temp.try($$SELECT claim.complete(NULL::bigint, '{}'::jsonb)$$);
 SELECT pg_temp.try($$SELECT claim.complete(0::bigint, '{}'::jsonb)$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0]::bigint[], false, ARRAY['{}', '{}']::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0]::bigint[], false, ARRAY[['{}']]::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[0, 0]::bigint[], true, ARRAY['{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[0]::bigint[], false, ARRAY['{}', '{}']::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[0]::bigint[], false, ARRAY[['{}']]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[0, 0]::bigint[], true, ARRAY['{}']::jsonb[])$$);
 SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[NULL]::bigint[])$$);
 SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[[1], [2]]::bigint[])$$);
 SELECT pg_temp.try($$SELECT claim.claim_next('q', done => ARRAY[0]::bigint[])$$);
@@ -354,8 +354,8 @@ SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[[1], [2]]::b
 -- an unknown parent holds nothing back
 SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[-1]::bigint[]) > 0$$);
 SELECT pg_temp.try($$SELECT claim.enqueue('q', '{}', after => ARRAY[]::bigint[]) > 0$$);
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY['{}']::jsonb[], after => ARRAY[NULL]::bigint[])$$);
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('q', ARRAY['{}']::jsonb[], after => ARRAY[[1]]::bigint[])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('q', ARRAY['{}']::jsonb[], after => ARRAY[NULL]::bigint[])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('q', ARRAY['{}']::jsonb[], after => ARRAY[[1]]::bigint[])$$);
 
 -- ================================================================ enqueue_trigger
 SELECT pg_temp.try($$SELECT claim.enqueue_trigger()$$);
@@ -402,7 +402,7 @@ ROLLBACK;
 -- handed to a claimer whole. Nothing crashes; the backend keeps working.
 SELECT claim.create_queue('big');
 SELECT pg_temp.try($$SELECT claim.enqueue('big', jsonb_build_object('x', repeat('x', 100 * 1024 * 1024))) > 0$$);
-SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_batch('big', ARRAY[jsonb_build_object('y', repeat('y', 100 * 1024 * 1024))])$$);
+SELECT pg_temp.try($$SELECT count(*) FROM claim.enqueue_many('big', ARRAY[jsonb_build_object('y', repeat('y', 100 * 1024 * 1024))])$$);
 SELECT octet_length(payload->>'x') AS x_len, octet_length(payload->>'y') AS y_len
 FROM claim.claim_next('big', n => 2) ORDER BY id;
 -- a 100 MB group key or guard result

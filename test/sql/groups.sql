@@ -64,7 +64,7 @@ SELECT count(*) AS left_in_queue FROM claim.items;
 
 -- ------------------------------------------------------------ order and limits
 SELECT claim.create_queue('p');
-SELECT count(*) FROM claim.enqueue_batch('p',
+SELECT count(*) FROM claim.enqueue_many('p',
     ARRAY['{"n": 10}', '{"n": 11}', '{"n": 12}', '{"n": 13}', '{"n": 14}']::jsonb[],
     ARRAY['c', 'd', 'c', 'c', 'd']);
 -- a high-priority item that is a head goes first

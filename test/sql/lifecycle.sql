@@ -41,9 +41,9 @@ SELECT count(*) FROM claim.finished_items WHERE queue = 'plain';
 -- the array form with results
 SELECT claim.enqueue('kept', jsonb_build_object('n', g)) FROM generate_series(10, 12) g;
 SELECT array_agg(token ORDER BY id) AS toks FROM claim.claim_next('kept', n => 10) \gset
-SELECT claim.complete(:'toks'::bigint[], results => ARRAY['{"r": 1}', '{"r": 2}', NULL, '{"r": 4}']::jsonb[]);
-SELECT pg_temp.try(format('SELECT claim.complete(%L::bigint[])', :'toks'));
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[1, 2]::bigint[], results => ARRAY['{}']::jsonb[])$$);
+SELECT claim.complete_many(:'toks'::bigint[], results => ARRAY['{"r": 1}', '{"r": 2}', NULL, '{"r": 4}']::jsonb[]);
+SELECT pg_temp.try(format('SELECT claim.complete_many(%L::bigint[])', :'toks'));
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[1, 2]::bigint[], results => ARRAY['{}']::jsonb[])$$);
 SELECT payload->>'n' AS n, result FROM claim.finished_items
 WHERE queue = 'kept' AND state = 'completed' ORDER BY id;
 
@@ -65,29 +65,29 @@ SELECT (claim.item_state('kept', :sch, wait => '50 ms')).state;
 -- ---------------------------------------------------------------- cancel
 SELECT claim.enqueue('kept', '{"c": 1}') AS c1 \gset
 SELECT claim.enqueue('kept', '{"c": 2}') AS c2 \gset
-SELECT claim.cancel('kept', ARRAY[:c1, :c1, :sch, -5]);
+SELECT claim.cancel_many('kept', ARRAY[:c1, :c1, :sch, -5]);
 SELECT (claim.item_state('kept', :c1)).state, (claim.item_state('kept', :sch)).state;
 -- already finished: 0
-SELECT claim.cancel('kept', ARRAY[:c1]);
-SELECT claim.cancel('kept', ARRAY[]::bigint[]);
+SELECT claim.cancel_many('kept', ARRAY[:c1]);
+SELECT claim.cancel_many('kept', ARRAY[]::bigint[]);
 -- a claimed item: its token is stale from the cancel on
 SELECT id AS cc, token AS ct FROM claim.claim_next('kept') \gset
-SELECT claim.cancel('kept', ARRAY[:cc]);
+SELECT claim.cancel_many('kept', ARRAY[:cc]);
 SELECT pg_temp.try(format('SELECT claim.complete(%s)', :ct));
 SELECT pg_temp.try(format('SELECT claim.extend(%s)', :ct));
 SELECT pg_temp.try(format('SELECT claim.fail(%s)', :ct));
 SELECT pg_temp.try(format('SELECT claim.assert_token(%s)', :ct));
-SELECT pg_temp.try($$SELECT claim.cancel('nope', ARRAY[1])$$);
-SELECT pg_temp.try($$SELECT claim.cancel(NULL, ARRAY[1])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('kept', NULL)$$);
-SELECT pg_temp.try($$SELECT claim.cancel('kept', ARRAY[1, NULL])$$);
-SELECT pg_temp.try($$SELECT claim.cancel('kept', ARRAY[[1], [2]])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('nope', ARRAY[1])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many(NULL, ARRAY[1])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('kept', NULL)$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('kept', ARRAY[1, NULL])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('kept', ARRAY[[1], [2]])$$);
 -- an item of another queue is not cancelled through this one
 SELECT claim.enqueue('plain', '{}') AS p2 \gset
-SELECT claim.cancel('kept', ARRAY[:p2]);
+SELECT claim.cancel_many('kept', ARRAY[:p2]);
 SELECT (claim.item_state('plain', :p2)).state;
 -- without retention a cancelled item is gone
-SELECT claim.cancel('plain', ARRAY[:p2]);
+SELECT claim.cancel_many('plain', ARRAY[:p2]);
 SELECT (claim.item_state('plain', :p2)).state IS NULL AS gone;
 
 -- ---------------------------------------------------------------- pause
@@ -156,7 +156,7 @@ SELECT (claim.item_state('flow', :d)).state AS d, (claim.item_state('flow', :e))
 -- cancelled parents cancel their children
 SELECT claim.enqueue('flow', '{"step": "g"}') AS g \gset
 SELECT claim.enqueue('flow', '{"step": "h"}', after => ARRAY[:g]) AS h \gset
-SELECT claim.cancel('flow', ARRAY[:g]);
+SELECT claim.cancel_many('flow', ARRAY[:g]);
 SELECT (claim.item_state('flow', :h)).state AS h;
 -- a child whose parent already finished dead or cancelled ends the same way at once
 SELECT (claim.item_state('flow', claim.enqueue('flow', '{}', after => ARRAY[:g]))).state AS after_cancelled;
@@ -170,7 +170,7 @@ SELECT claim.complete(:it);
 SELECT (claim.item_state('flow', :j)).state AS j;
 -- enqueue_batch with after
 SELECT claim.enqueue('flow', '{"step": "k"}') AS k \gset
-SELECT count(*) FROM claim.enqueue_batch('flow', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[], after => ARRAY[:k]);
+SELECT count(*) FROM claim.enqueue_many('flow', ARRAY['{"b": 1}', '{"b": 2}']::jsonb[], after => ARRAY[:k]);
 SELECT waiting FROM claim.queue_stats WHERE queue = 'flow';
 SELECT pg_temp.try($$SELECT claim.enqueue('flow', '{}', after => ARRAY[1, NULL])$$);
 SELECT pg_temp.try($$SELECT claim.enqueue('flow', '{}', after => ARRAY[[1], [2]])$$);
@@ -204,7 +204,7 @@ SET ROLE lifecycle_nobody;
 SELECT pg_temp.try($$SELECT claim.pause('pq')$$);
 SELECT pg_temp.try($$SELECT claim.resume('pq')$$);
 SELECT pg_temp.try($$SELECT claim.alter_queue('pq', max_attempts => 2)$$);
-SELECT pg_temp.try($$SELECT claim.cancel('pq', ARRAY[1])$$);
+SELECT pg_temp.try($$SELECT claim.cancel_many('pq', ARRAY[1])$$);
 SELECT pg_temp.try($$SELECT claim.item_state('pq', 1)$$);
 RESET ROLE;
 DROP OWNED BY lifecycle_nobody;

@@ -23,7 +23,7 @@ SELECT count(*) AS none_created FROM claim.queues WHERE name = 'bad';
 -- an item's order is -priority: the smallest int4 has no negation
 SELECT claim.create_queue('prio');
 SELECT pg_temp.try($$SELECT claim.enqueue('prio', '{}', priority => -2147483648)$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('prio', ARRAY['{}']::jsonb[], priority => -2147483648)$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('prio', ARRAY['{}']::jsonb[], priority => -2147483648)$$);
 SELECT claim.enqueue('prio', '{}', priority => -2147483647) > 0 AS lowest_priority_works;
 
 -- ---------------------------------------------------------------- max_active

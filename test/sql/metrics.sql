@@ -27,17 +27,17 @@ SELECT * FROM pg_temp.m('m');
 SELECT count(*) FROM (SELECT claim.enqueue('m', jsonb_build_object('n', g)) FROM generate_series(1, 6) g) x;
 SELECT claim.enqueue('m', '{}', dedup_key => 'k') IS NOT NULL AS enqueued;
 SELECT claim.enqueue('m', '{}', dedup_key => 'k') IS NOT NULL AS dedup_hit_not_counted;
-SELECT count(*) FROM claim.enqueue_batch('m', ARRAY['{}', '{}']::jsonb[]);
+SELECT count(*) FROM claim.enqueue_many('m', ARRAY['{}', '{}']::jsonb[]);
 SELECT claim.enqueue('m', '{}', run_at => clock_timestamp() + interval '1 day') IS NOT NULL AS scheduled;
 CREATE TABLE src (id int);
 CREATE TRIGGER src_enqueue AFTER INSERT ON src FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('m');
 INSERT INTO src VALUES (1), (2);
 SELECT enq FROM pg_temp.m('m');
 
-SELECT claim.complete(array_agg(token)) AS completed FROM claim.claim_next('m', n => 4);
+SELECT claim.complete_many(array_agg(token)) AS completed FROM claim.claim_next('m', n => 4);
 SELECT claim.fail(token, 'again') AS failed FROM claim.claim_next('m', n => 1);
 SELECT claim.fail(token, 'gone') AS failed_dead FROM claim.claim_next('m', n => 1) WHERE attempt = 2;
-SELECT claim.cancel('m', ARRAY(SELECT id FROM claim.items i JOIN claim.queues q USING (queue_id)
+SELECT claim.cancel_many('m', ARRAY(SELECT id FROM claim.items i JOIN claim.queues q USING (queue_id)
                                WHERE q.name = 'm' AND i.state = 'r' AND i.run_at IS NULL
                                ORDER BY id LIMIT 2)) AS cancelled;
 SELECT count(*) AS held FROM claim.claim_next('m', n => 2);

@@ -52,13 +52,13 @@ SELECT claim.enqueue('jobs', '{"d": 2}', dedup_key => 'k1') = :d1 AS same_item;
 SELECT payload FROM claim.items WHERE id = :d1;
 
 -- enqueue_batch
-SELECT count(*) FROM claim.enqueue_batch('jobs', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[]);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('jobs', ARRAY['{}', NULL]::jsonb[])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('jobs', ARRAY['{}']::jsonb[], ARRAY['a', 'b'])$$);
-SELECT pg_temp.try($$SELECT claim.enqueue_batch('nope', ARRAY['{}']::jsonb[])$$);
-SELECT count(*) FROM claim.enqueue_batch('jobs', ARRAY[]::jsonb[]);
+SELECT count(*) FROM claim.enqueue_many('jobs', ARRAY['{"b": 1}', '{"b": 2}', '{"b": 3}']::jsonb[]);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('jobs', ARRAY['{}', NULL]::jsonb[])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('jobs', ARRAY['{}']::jsonb[], ARRAY['a', 'b'])$$);
+SELECT pg_temp.try($$SELECT claim.enqueue_many('nope', ARRAY['{}']::jsonb[])$$);
+SELECT count(*) FROM claim.enqueue_many('jobs', ARRAY[]::jsonb[]);
 
-SELECT queue, ready, scheduled, claimed, dead FROM claim.queue_stats;
+SELECT queue, ready, scheduled, claimed, dead FROM claim.queue_stats ORDER BY queue;
 
 -- ---------------------------------------------------------------- claim_next
 -- priority first, then age
@@ -96,7 +96,7 @@ SELECT pg_temp.try('SELECT claim.extend(999999999)');
 SELECT pg_temp.try('SELECT claim.release(999999999)');
 SELECT pg_temp.try('SELECT claim.assert_token(999999999)');
 SELECT pg_temp.try('SELECT claim.complete(NULL::bigint)');
-SELECT pg_temp.try('SELECT claim.complete(ARRAY[NULL]::bigint[])');
+SELECT pg_temp.try('SELECT claim.complete_many(ARRAY[NULL]::bigint[])');
 
 -- extend moves the lease on the server clock
 SELECT claim.enqueue('t', '{"k": "b"}') AS tb \gset
@@ -137,12 +137,12 @@ SELECT count(*) AS not_yet FROM claim.claim_next('t') WHERE id = :tc;
 
 -- batch completion: all or nothing unless skip_stale
 SELECT claim.create_queue('b');
-SELECT count(*) FROM claim.enqueue_batch('b', ARRAY['{}', '{}', '{}']::jsonb[]);
+SELECT count(*) FROM claim.enqueue_many('b', ARRAY['{}', '{}', '{}']::jsonb[]);
 SELECT array_agg(token) AS toks FROM claim.claim_next('b', 3) \gset
-SELECT pg_temp.try(format('SELECT claim.complete(%L::bigint[])', '{999999999}'));
-SELECT pg_temp.try(format('SELECT claim.complete(%L::bigint[] || 999999999::bigint)', :'toks'));
-SELECT claim.complete(:'toks'::bigint[] || 999999999::bigint, skip_stale => true);
-SELECT claim.complete(ARRAY[]::bigint[]);
+SELECT pg_temp.try(format('SELECT claim.complete_many(%L::bigint[])', '{999999999}'));
+SELECT pg_temp.try(format('SELECT claim.complete_many(%L::bigint[] || 999999999::bigint)', :'toks'));
+SELECT claim.complete_many(:'toks'::bigint[] || 999999999::bigint, skip_stale => true);
+SELECT claim.complete_many(ARRAY[]::bigint[]);
 SELECT queue, ready, claimed FROM claim.queue_stats WHERE queue = 'b';
 
 -- delayed items wait for run_at
@@ -289,7 +289,7 @@ SELECT payload, attempt FROM claim.claim_next('hq', n => 2) ORDER BY id;
 SELECT pg_sleep(0.2);
 SELECT count(*) AS claimed_after_expiry FROM claim.claim_next('hq');
 SELECT pg_temp.try($$SELECT claim.complete(9000000000000000000)$$) AS unknown_token;
-SELECT pg_temp.try($$SELECT claim.complete(ARRAY[9000000000000000000, 9000000000000000001])$$) AS unknown_tokens;
+SELECT pg_temp.try($$SELECT claim.complete_many(ARRAY[9000000000000000000, 9000000000000000001])$$) AS unknown_tokens;
 SHOW search_path;
 RESET search_path;
 SELECT payload, last_error IS NULL AS no_error FROM claim.dead_items WHERE queue = 'hq' ORDER BY id;

@@ -36,14 +36,14 @@ INSERT INTO pg_temp.calls (label, setup, call) VALUES
  ('enqueue', NULL, $$SELECT claim.enqueue('rq', '{}')$$),
  ('enqueue(after)', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.enqueue('rq', '{}', after => ARRAY[$v])$$),
  ('enqueue(dedup_key)', $$SELECT claim.enqueue('rq', '{}', dedup_key => 'd')$$, $$SELECT claim.enqueue('rq', '{}', dedup_key => 'd')$$),
- ('enqueue_batch', NULL, $$SELECT claim.enqueue_batch('rq', ARRAY['{}'::jsonb, '{}'])$$),
+ ('enqueue_batch', NULL, $$SELECT claim.enqueue_many('rq', ARRAY['{}'::jsonb, '{}'])$$),
  ('enqueue_trigger (INSERT)', NULL, $$INSERT INTO public.roles_src VALUES (1)$$),
  ('item_state', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.item_state('rq', $v)$$),
  ('claim_next', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.claim_next('rq')$$),
  ('claim_next(done)', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.claim_next('rq', done => ARRAY[$v])$$),
  ('complete', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.complete($v)$$),
  ('complete(result, retained)', $$SELECT claim.enqueue('rkept', '{}'); SELECT token FROM claim.claim_next('rkept')$$, $$SELECT claim.complete($v, '{"r": 1}')$$),
- ('complete(tokens[])', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.complete(ARRAY[$v])$$),
+ ('complete(tokens[])', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.complete_many(ARRAY[$v])$$),
  ('complete(parent of a waiting item)', $$SELECT claim.enqueue('rq', '{}', after => ARRAY[claim.enqueue('rq', '{}', priority => 9)]); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.complete($v)$$),
  ('fail', $$SELECT claim.enqueue('rq', '{}'); SELECT token FROM claim.claim_next('rq')$$, $$SELECT claim.fail($v, 'e')$$),
  ('fail (last attempt: dead)', $$SELECT claim.enqueue('rone', '{}'); SELECT token FROM claim.claim_next('rone')$$, $$SELECT claim.fail($v, 'e')$$),
@@ -53,8 +53,8 @@ INSERT INTO pg_temp.calls (label, setup, call) VALUES
  ('claim_next (max_active, group_limit)', $$SELECT claim.enqueue('rlim', '{}', group_key => 'g')$$, $$SELECT claim.claim_next('rlim')$$),
  ('claim_next (rate per group)', $$SELECT claim.enqueue('rrate', '{}', group_key => 'g')$$, $$SELECT claim.claim_next('rrate')$$),
  ('group_claim', $$SELECT claim.enqueue('rq', '{}', group_key => 'g')$$, $$SELECT claim.group_claim('rq')$$),
- ('cancel', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.cancel('rq', ARRAY[$v])$$),
- ('cancel (claimed)', $$SELECT claim.enqueue('rq', '{}'); SELECT id FROM claim.claim_next('rq')$$, $$SELECT claim.cancel('rq', ARRAY[$v])$$),
+ ('cancel', $$SELECT claim.enqueue('rq', '{}')$$, $$SELECT claim.cancel_many('rq', ARRAY[$v])$$),
+ ('cancel (claimed)', $$SELECT claim.enqueue('rq', '{}'); SELECT id FROM claim.claim_next('rq')$$, $$SELECT claim.cancel_many('rq', ARRAY[$v])$$),
  ('lease_acquire', NULL, $$SELECT claim.lease_acquire('l', '1 minute')$$),
  ('lease_renew', $$SELECT claim.lease_acquire('l', '1 minute')$$, $$SELECT claim.lease_renew('l', $v, '1 minute')$$),
  ('lease_release', $$SELECT claim.lease_acquire('l', '1 minute')$$, $$SELECT claim.lease_release('l', $v)$$),
@@ -146,11 +146,14 @@ DROP EXTENSION pg_claim;
 SELECT count(*) AS roles_left FROM pg_roles WHERE rolname IN ('claim_producer', 'claim_worker', 'claim_admin');
 ALTER ROLE claim_worker LOGIN;
 \set VERBOSITY default
+-- no CONTEXT lines: PostgreSQL 18 adds the extension script's line to them
+\set SHOW_CONTEXT never
 CREATE EXTENSION pg_claim;
 ALTER ROLE claim_worker NOLOGIN;
 GRANT pg_read_all_data TO claim_admin;
 CREATE EXTENSION pg_claim;
 \set VERBOSITY terse
+\set SHOW_CONTEXT errors
 REVOKE pg_read_all_data FROM claim_admin;
 CREATE EXTENSION pg_claim;
 SELECT pg_has_role('regress_claim_w', 'claim_worker', 'USAGE') AS membership_kept;

@@ -17,7 +17,7 @@ $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('d', lease => '5 minutes');
 	CREATE TABLE done (id bigint NOT NULL, token bigint NOT NULL);
-	SELECT count(*) FROM claim.enqueue_batch('d',
+	SELECT count(*) FROM claim.enqueue_many('d',
 		ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(1, 100000) g));
 });
 
@@ -27,7 +27,7 @@ open(my $fh, '>', $script) or die "cannot write $script: $!";
 print $fh <<'SQL';
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS toks FROM claim.claim_next('d', 25) \gset
 INSERT INTO done SELECT unnest(':ids'::bigint[]), unnest(':toks'::bigint[]);
-SELECT claim.complete(':toks'::bigint[]);
+SELECT claim.complete_many(':toks'::bigint[]);
 SQL
 close $fh;
 

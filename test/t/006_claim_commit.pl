@@ -33,7 +33,7 @@ $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 $node->safe_psql('postgres', q{SELECT claim.create_queue('cq', lease => '1 hour')});
 $node->safe_psql('postgres',
-	q{SELECT count(*) FROM claim.enqueue_batch('cq', array_fill('{}'::jsonb, ARRAY[1000]))});
+	q{SELECT count(*) FROM claim.enqueue_many('cq', array_fill('{}'::jsonb, ARRAY[1000]))});
 $node->safe_psql('postgres', 'CREATE TABLE side (id int PRIMARY KEY)');
 # The first grant after start-up moves the token sequence and flushes: out of the way.
 $node->safe_psql('postgres', q{SELECT count(*) FROM claim.claim_next('cq')});
@@ -41,14 +41,18 @@ $node->safe_psql('postgres', 'CHECKPOINT');
 
 # WAL flushes (fdatasync calls) made by the statements in $sql, each run as
 # its own transaction in one session; the session reports its statistics
-# before it ends.
+# before it ends. Up to PostgreSQL 17 pg_stat_wal counts them; from 18 on,
+# pg_stat_io (object 'wal').
+my $wal_syncs = $node->safe_psql('postgres', 'SHOW server_version_num') >= 180000
+  ? q{SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'}
+  : 'SELECT wal_sync FROM pg_stat_wal';
 sub syncs_of
 {
 	my ($sql) = @_;
-	my $before = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+	my $before = $node->safe_psql('postgres', $wal_syncs);
 	$node->safe_psql('postgres', $sql . "\nSELECT pg_stat_force_next_flush();");
 	$node->safe_psql('postgres', 'SELECT pg_stat_force_next_flush()');
-	my $after = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+	my $after = $node->safe_psql('postgres', $wal_syncs);
 	return $after - $before;
 }
 
@@ -68,7 +72,7 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.claimed_items'),
 # Group claims too: 200 groups of two items, one group_claim each.
 $node->safe_psql('postgres', q{SELECT claim.create_queue('gq', lease => '1 hour')});
 $node->safe_psql('postgres',
-	q{SELECT count(*) FROM claim.enqueue_batch('gq', array_fill('{}'::jsonb, ARRAY[400]),
+	q{SELECT count(*) FROM claim.enqueue_many('gq', array_fill('{}'::jsonb, ARRAY[400]),
 	    ARRAY(SELECT (g % 200)::text FROM generate_series(1, 400) g))});
 $node->safe_psql('postgres', 'CHECKPOINT');
 $n = syncs_of(join "\n",

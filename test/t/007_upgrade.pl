@@ -87,7 +87,7 @@ is($node->safe_psql('up', q{SELECT claim.guard_result('charge:1')}), '{"ok": tru
 
 is($node->safe_psql('up', "SELECT claim.complete($tokens[0])"), '1',
 	'a claim taken before the update completes after it');
-is($node->safe_psql('up', "SELECT claim.complete(ARRAY[$tokens[1], $tokens[2]]::bigint[])"), '2',
+is($node->safe_psql('up', "SELECT claim.complete_many(ARRAY[$tokens[1], $tokens[2]]::bigint[])"), '2',
 	'... and so do the others, in the array form');
 my $new_token = $node->safe_psql('up', q{SELECT token FROM claim.claim_next('jobs')});
 cmp_ok($new_token, '>', $max_token_before, 'a token granted after the update is higher than every earlier one');

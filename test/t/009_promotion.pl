@@ -135,16 +135,17 @@ my %writes = (
 	'pause'         => q{SELECT claim.pause('s')},
 	'resume'        => q{SELECT claim.resume('s')},
 	'enqueue'       => q{SELECT claim.enqueue('s', '{}')},
-	'enqueue_batch' => q{SELECT claim.enqueue_batch('s', ARRAY['{}'::jsonb])},
+	'enqueue_many'  => q{SELECT claim.enqueue_many('s', ARRAY['{}'::jsonb])},
 	'claim_next'    => q{SELECT * FROM claim.claim_next('s')},
 	'group_claim'   => q{SELECT * FROM claim.group_claim('s')},
 	'complete'      => "SELECT claim.complete($tok)",
-	'complete[]'    => "SELECT claim.complete(ARRAY[$tok]::bigint[])",
+	'complete_many' => "SELECT claim.complete_many(ARRAY[$tok]::bigint[])",
 	'fail'          => "SELECT claim.fail($tok, 'x')",
 	'extend'        => "SELECT claim.extend($tok, '1 minute')",
 	'release'       => "SELECT claim.release($tok)",
 	'assert_token'  => "SELECT claim.assert_token($tok)",
-	'cancel'        => "SELECT claim.cancel('s', ARRAY[$s_ids]::bigint[])",
+	'cancel'        => "SELECT claim.cancel('s', (ARRAY[$s_ids]::bigint[])[1])",
+	'cancel_many'   => "SELECT claim.cancel_many('s', ARRAY[$s_ids]::bigint[])",
 	'redrive'       => q{SELECT claim.redrive('s')},
 	'lease_acquire' => q{SELECT claim.lease_acquire('L2', '1 minute')},
 	'lease_renew'   => "SELECT claim.lease_renew('L', $lease_token, '1 minute')",
@@ -156,11 +157,13 @@ my %writes = (
 	'guard_finish'  => "SELECT claim.guard_finish('G', $guard_token)",
 	'guard_abandon' => "SELECT claim.guard_abandon('G', $guard_token)",
 	'schedule'      => q{SELECT claim.schedule('sched2', '* * * * *', 's')},
-	'unschedule'    => q{SELECT claim.unschedule('sched')},);
+	'unschedule'    => q{SELECT claim.unschedule('sched')},
+	'set_partition' => q{SELECT claim.set_partition(1)},);
 # Functions that only read (they work on a standby), and the trigger
-# function (its table's INSERT is refused by PostgreSQL itself).
-my %reads = map { $_ => 1 } qw(item_state guard_result token_partition cron_next
-  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases);
+# functions (the INSERT into their tables is refused by PostgreSQL itself).
+my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
+  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases
+  _finished_ring_restore);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

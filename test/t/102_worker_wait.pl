@@ -94,7 +94,7 @@ my $still = $node->safe_psql('postgres', q{
 	WHERE backend_type = 'client backend' AND wait_event = 'Extension' AND query LIKE '%herd%'});
 is($still, 3, 'one enqueue wakes one waiter; the three others keep sleeping');
 $node->safe_psql('postgres',
-	q{SELECT claim.enqueue_batch('herd', ARRAY['{}', '{}', '{}']::jsonb[])});
+	q{SELECT claim.enqueue_many('herd', ARRAY['{}', '{}', '{}']::jsonb[])});
 my $n = 0;
 for my $b (@herd) { $b->[0]->finish; $n += ${ $b->[1] }; }
 is($n, 4, 'a batch of three reaches the three others (baton passed on)');

@@ -365,7 +365,7 @@ SELECT claim.enqueue('q', '{"n": 1}') IS NOT NULL;
 SELECT claim.enqueue('q', '{"n": 2}', dedup_key => 'd1') AS d1 \\gset
 SELECT claim.enqueue('q', '{"n": 2}', dedup_key => 'd1') AS d1b \\gset
 SELECT claim.enqueue('q', '{"n": 5}', run_at => pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '1 second', priority => 5) IS NOT NULL;
-SELECT claim.enqueue_batch('g', ARRAY['{"n": 3}', '{"n": 4}', '{"n": 6}']::jsonb[], ARRAY['k', 'k', 'm']) IS NOT NULL;
+SELECT claim.enqueue_many('g', ARRAY['{"n": 3}', '{"n": 4}', '{"n": 6}']::jsonb[], ARRAY['k', 'k', 'm']) IS NOT NULL;
 SELECT token AS t1 FROM claim.claim_next('q', n => 1, lease => '1 minute', worker => 'w') \\gset
 SELECT claim.extend(:t1, '2 minutes') IS NOT NULL;
 SELECT claim.assert_token(:t1);
@@ -378,8 +378,8 @@ SELECT token AS t4 FROM claim.claim_next('q') \\gset
 SELECT claim.fail(:t4, 'boom again', '0');
 SELECT claim.redrive('q');
 SELECT token AS t5 FROM claim.claim_next('q') \\gset
-SELECT claim.complete(ARRAY[:t5]::bigint[]);
-SELECT claim.complete(ARRAY[:t5, 0]::bigint[], skip_stale => true);
+SELECT claim.complete_many(ARRAY[:t5]::bigint[]);
+SELECT claim.complete_many(ARRAY[:t5, 0]::bigint[], skip_stale => true);
 SELECT token AS t6 FROM claim.group_claim('g', max_items => 10, worker => 'w') LIMIT 1 \\gset
 SELECT claim.complete(:t6);
 SELECT token IS NULL FROM claim.claim_next('empty', wait => '150 ms');
@@ -427,7 +427,7 @@ SELECT claim.create_queue('r', retain => '1 hour');
 SELECT claim.alter_queue('r', lease => '2 minutes', max_attempts => 3, backoff => '0', retain => '2 hours');
 SELECT claim.enqueue('r', '{"step": 1}') AS p1 \\gset
 SELECT claim.enqueue('r', '{"step": 2}', after => ARRAY[:p1]::bigint[]) AS c1 \\gset
-SELECT claim.enqueue_batch('r', ARRAY['{"step": 3}']::jsonb[], after => ARRAY[:p1]::bigint[]) IS NOT NULL;
+SELECT claim.enqueue_many('r', ARRAY['{"step": 3}']::jsonb[], after => ARRAY[:p1]::bigint[]) IS NOT NULL;
 SELECT state FROM claim.item_state('r', :c1);
 SELECT token AS r1 FROM claim.claim_next('r') \\gset
 SELECT claim.complete(:r1, '{"ok": true}');
@@ -435,7 +435,7 @@ SELECT state FROM claim.item_state('r', :p1, wait => '100 ms');
 SELECT token AS r2 FROM claim.claim_next('r') \\gset
 SELECT token IS NOT NULL FROM claim.claim_next('r', done => ARRAY[:r2]::bigint[]);
 SELECT claim.enqueue('r', '{"step": 4}') AS x1 \\gset
-SELECT claim.cancel('r', ARRAY[:x1]::bigint[]);
+SELECT claim.cancel_many('r', ARRAY[:x1]::bigint[]);
 SELECT claim.pause('r');
 SELECT token IS NULL FROM claim.claim_next('r', wait => '100 ms');
 SELECT claim.resume('r');
@@ -449,7 +449,7 @@ SELECT * FROM claim.queue_stats;
 	# error paths (their messages and any SQL behind them)
 	my @errors = (
 		[ q{SELECT claim.complete(0::bigint)}, qr/not a live claim/ ],
-		[ q{SELECT claim.complete(ARRAY[0, -1]::bigint[])}, qr/not a live claim/ ],
+		[ q{SELECT claim.complete_many(ARRAY[0, -1]::bigint[])}, qr/not a live claim/ ],
 		[ q{SELECT claim.fail(0)}, qr/not a live claim/ ],
 		[ q{SELECT claim.enqueue('nope', '{}')}, qr/does not exist/ ],
 		[ q{SELECT claim.enqueue('nope', '{}', dedup_key => 'x')}, qr/does not exist/ ],

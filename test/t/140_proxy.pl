@@ -50,7 +50,7 @@ for my $k (0 .. $P - 1)
 	$n->start;
 	$n->safe_psql('postgres', qq{
 		CREATE EXTENSION pg_claim;
-		ALTER DATABASE postgres SET pg_claim.partition = $k;
+		SELECT claim.set_partition($k);
 	});
 	push @parts, $n;
 }
@@ -76,16 +76,17 @@ sub f { return $front->safe_psql('postgres', $_[0]); }
 sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 
 # ------------------------------------------------------- the same API
-# Every function and view of pg_claim (but its internal helpers and the
-# trigger function, which runs where its table is) is at the front with the
-# same arguments, defaults and result.
+# Every function and view of pg_claim (but its internal helpers, the
+# trigger function, which runs where its table is, and the partition number
+# of a database, set on each partition) is at the front with the same
+# arguments, defaults and result.
 {
 	my $api = q{
 		SELECT string_agg(x, E'\n' ORDER BY x) FROM (
 			SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '
 			       || pg_get_function_result(p.oid) AS x
 			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
-			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters')
+			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition')
 			UNION ALL
 			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
 			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
@@ -147,21 +148,21 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 
 # fail and release route by token; array complete of one partition is atomic
 {
-	my $ids = f(q{SELECT count(*) FROM claim.enqueue_batch('q5', ARRAY['{}','{}','{}']::jsonb[])});
+	my $ids = f(q{SELECT count(*) FROM claim.enqueue_many('q5', ARRAY['{}','{}','{}']::jsonb[])});
 	is($ids, 3, 'enqueue_batch through the front');
 	my @t = split /\n/, f(q{SELECT token FROM claim.claim_next('q5', 3)});
 	is(scalar(@t), 3, 'three claimed');
 	is(f("SELECT claim.fail($t[0], 'boom', '0')"), 1, 'fail through the front');
 	is(f("SELECT claim.release($t[1])"), 1, 'release through the front');
-	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$t[2], $t[1]])')"), 'PC001',
+	is(f("SELECT sqlstate_of('SELECT claim.complete_many(ARRAY[$t[2], $t[1]])')"), 'PC001',
 		'a batch with a stale token: PC001, nothing completed');
-	is(f("SELECT claim.complete(ARRAY[$t[2]])"), 1, 'its live token still completes');
+	is(f("SELECT claim.complete_many(ARRAY[$t[2]])"), 1, 'its live token still completes');
 	f(q{SELECT claim.enqueue('q2')});
 	my $other = f(q{SELECT token FROM claim.claim_next('q2')});
 	my $live5 = f(q{SELECT token FROM claim.claim_next('q5')});
-	is(f("SELECT sqlstate_of('SELECT claim.complete(ARRAY[$other, $live5])')"), 'PC001',
+	is(f("SELECT sqlstate_of('SELECT claim.complete_many(ARRAY[$other, $live5])')"), 'PC001',
 		'a batch goes to the partition of its first token: one of another partition is unknown there');
-	is(f("SELECT claim.complete(ARRAY[$other, $live5], skip_stale => true)"), 1,
+	is(f("SELECT claim.complete_many(ARRAY[$other, $live5], skip_stale => true)"), 1,
 		'with skip_stale it is skipped and the rest completed');
 	is(f("SELECT claim.release($live5)"), 1, 'the skipped token\'s claim was left alone');
 }
@@ -183,7 +184,7 @@ like($err, qr/PC001.*not a live claim/s, 'the error text of the partition reache
 	f(qq{SELECT claim.resume('$q')});
 	my $tok = f(qq{SELECT token FROM claim.claim_next('$q')});
 	ok($tok, 'after resume it does');
-	is(f(qq{SELECT claim.cancel('$q', ARRAY[$id])}), 1, 'cancel through the front');
+	is(f(qq{SELECT claim.cancel_many('$q', ARRAY[$id])}), 1, 'cancel through the front');
 	is(f("SELECT sqlstate_of('SELECT claim.complete($tok)')"), 'PC001',
 		'the cancelled claim\'s token is stale');
 }
@@ -239,7 +240,7 @@ ok($parts[$wk]->poll_query_until('postgres', qq{
 f(qq{SELECT claim.enqueue('$wq', '{"w": "woken"}')});
 $w->[0]->finish;
 is(${ $w->[1] }, "woken\n", 'an enqueue through the front wakes the waiter with its item');
-f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+f(q{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
 
 # pg_cancel_backend on the front ends the wait on the partition
 $w = bg(qq{SELECT count(*) FROM claim.claim_next('$wq', wait => '60 s')});
@@ -272,7 +273,7 @@ ok($parts[$wk]->poll_query_until('postgres', q{
 	  AND pid <> pg_backend_pid()}), 'no waiter lingers on the partition after the timeout');
 is(f(qq{SELECT claim.enqueue('$wq', '{"w": "after"}') > 0}), 't', 'the queue works after the cancels');
 is(f(qq{SELECT count(*) FROM claim.claim_next('$wq')}), 1, 'and its item is claimable');
-f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+f(q{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
 
 # ------------------------------------------- fencing: leases, once, guards
 # Two front sessions: the fixture (f) and a second psql (bg2).
@@ -356,8 +357,8 @@ f(q{SELECT claim.complete(ARRAY(SELECT token FROM claim.claimed_items WHERE queu
 		2, 'and keep their partition bits');
 	is(f("SELECT sqlstate_of('SELECT claim.complete($before)')"), 'PC001',
 		'the token from before the crash is stale');
-	is(f("SELECT claim.complete(ARRAY[" . join(',', @after) . "])"), 2, 'the new ones complete');
-	f(qq{SELECT claim.complete(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
+	is(f("SELECT claim.complete_many(ARRAY[" . join(',', @after) . "])"), 2, 'the new ones complete');
+	f(qq{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claim_next('$up_q', 10)))});
 }
 
 # ------------------------------------------------- 8 workers, 16 queues
@@ -365,7 +366,7 @@ f(join('', map { "SELECT claim.create_queue('$_', lease => '5 minutes');\n" } @d
 my $per = int($ITEMS / 16);
 my $total = $per * 16;
 f(join('', map {
-	"SELECT count(*) FROM claim.enqueue_batch('$_', ARRAY(SELECT jsonb_build_object('q', '$_', 'i', g) FROM generate_series(1, $per) g));\n"
+	"SELECT count(*) FROM claim.enqueue_many('$_', ARRAY(SELECT jsonb_build_object('q', '$_', 'i', g) FROM generate_series(1, $per) g));\n"
 } @drain));
 f(q{CREATE TABLE done (queue text NOT NULL, id bigint NOT NULL, token bigint NOT NULL)});
 is(f(q{SELECT sum(ready) FROM claim.queue_stats WHERE queue LIKE 'd%'}), $total, "$total items over 16 queues");
@@ -376,7 +377,7 @@ print $fh <<'SQL';
 \set q random(0, 15)
 SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(token), '{}') AS toks FROM claim.claim_next('d' || :q, 50) \gset
 INSERT INTO done SELECT 'd' || :q, unnest(':ids'::bigint[]), unnest(':toks'::bigint[]);
-SELECT claim.complete(':toks'::bigint[]);
+SELECT claim.complete_many(':toks'::bigint[]);
 SQL
 close $fh;
 
@@ -408,16 +409,18 @@ for my $k (0 .. $P - 1)
 }
 
 # ------------------------------------------ the end of a partition's tokens
-# The sequence stops below the partition bits: the last token keeps its
-# partition, the next grant is refused (2200H), never a token of partition+1.
+# The sequence stops at the end of the partition's block: the last token
+# keeps its partition, the next grant is refused (2200H), never a token of
+# partition+1.
 {
 	my $q = 'd0';
 	my $k = part_of($q);
 	my ($lname) = grep { part_of($_) == $k } map { "end$_" } 0 .. 50;
-	on($k, q{SELECT setval('claim.token_seq', 9007199254740990)});
+	on($k, "SELECT setval('claim.token_seq', " . ((($k + 1) << 47) - 2) . ")");
 	f(qq{SELECT claim.enqueue('$q') FROM generate_series(1, 2)});
 	my $last = f(qq{SELECT token FROM claim.claim_next('$q')});
-	is($last, ($k << 53) + 9007199254740991, 'the last token of the partition');
+	is($last, (($k + 1) << 47) - 1, 'the last token of the partition');
+	cmp_ok($last, '<=', 9007199254740991, 'at most 2^53 - 1');
 	is(f("SELECT claim.token_partition($last)"), $k, 'keeps its partition bits');
 	is(f(qq{SELECT sqlstate_of('SELECT claim.claim_next(''$q'')')}), '2200H',
 		'the next claim is refused: 2200H');

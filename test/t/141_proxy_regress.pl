@@ -93,7 +93,7 @@ for my $f (@files)
 	{
 		$parts[$k]->safe_psql('postgres', "CREATE DATABASE $db");
 		$parts[$k]->safe_psql($db,
-			"CREATE EXTENSION pg_claim;\nALTER DATABASE $db SET pg_claim.partition = $k;\n"
+			"CREATE EXTENSION pg_claim;\nSELECT claim.set_partition($k);\n"
 			  . db_settings($db));
 	}
 	$front->safe_psql('postgres', "CREATE DATABASE $db");

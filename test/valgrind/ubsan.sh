@@ -26,9 +26,9 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-SYS_BIN=/usr/lib/postgresql/15/bin
 # shellcheck source=../soak/cluster.sh
 . "$ROOT/test/soak/cluster.sh"
+SYS_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 
 PASSED=0
 FAILED=0
@@ -48,7 +48,7 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
-need_packages build-essential postgresql-server-dev-15 || exit 1
+need_packages build-essential "postgresql-server-dev-$PG_MAJOR" || exit 1
 
 SCRATCH="$(mktemp -d /tmp/pg_claim-ubsan.XXXXXX)"
 SRC="$SCRATCH/src"
@@ -73,13 +73,13 @@ if ! ldd "$SRC/pg_claim.so" | grep -q libubsan; then fail "pg_claim.so is not li
 echo "built in $((SECONDS - T0))s"
 
 # a relocated copy of the server around the instrumented library
-mkdir -p "$DEST/usr/lib/postgresql/15/bin" "$DEST/usr/share/postgresql/15"
-cp -a "$SYS_BIN/." "$DEST/usr/lib/postgresql/15/bin/"
-cp -rn /usr/lib/postgresql/15/lib/. "$DEST/usr/lib/postgresql/15/lib/"
-cp -rn /usr/share/postgresql/15/. "$DEST/usr/share/postgresql/15/"
+mkdir -p "$DEST/usr/lib/postgresql/$PG_MAJOR/bin" "$DEST/usr/share/postgresql/$PG_MAJOR"
+cp -a "$SYS_BIN/." "$DEST/usr/lib/postgresql/$PG_MAJOR/bin/"
+cp -rn /usr/lib/postgresql/$PG_MAJOR/lib/. "$DEST/usr/lib/postgresql/$PG_MAJOR/lib/"
+cp -rn /usr/share/postgresql/$PG_MAJOR/. "$DEST/usr/share/postgresql/$PG_MAJOR/"
 chmod -R a+rX "$SCRATCH"
-PG_BIN="$DEST/usr/lib/postgresql/15/bin"
-[[ "$("$PG_BIN/pg_config" --pkglibdir)" == "$DEST/usr/lib/postgresql/15/lib" ]] ||
+PG_BIN="$DEST/usr/lib/postgresql/$PG_MAJOR/bin"
+[[ "$("$PG_BIN/pg_config" --pkglibdir)" == "$DEST/usr/lib/postgresql/$PG_MAJOR/lib" ]] ||
     { fail "the copied server does not find its relocated lib directory"; exit 1; }
 
 if (( $# > 0 )); then
@@ -108,7 +108,7 @@ if ! CL_DB=postgres psql_cl -c "CREATE DATABASE ubsan_smoke" ||
     fail "CREATE EXTENSION pg_claim fails with this build (the tree's SQL and C++ disagree?)"; exit 1
 fi
 T1=$SECONDS
-(cd "$CL_DIR/out" && as_user /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress \
+(cd "$CL_DIR/out" && as_user /usr/lib/postgresql/$PG_MAJOR/lib/pgxs/src/test/regress/pg_regress \
     --inputdir="$CL_DIR" --outputdir="$CL_DIR/out" --bindir="$PG_BIN" \
     --host="$CL_DIR" --port="$CL_PORT" --dbname=contrib_regression $TESTS) 2>&1 |
     grep -E '^(test |     |ok |not ok )|tests (passed|failed)'

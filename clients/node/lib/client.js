@@ -1,6 +1,6 @@
 'use strict';
 
-const { mapError, NotSupportedError } = require('./errors');
+const { mapError, NotSupportedError, UnknownQueueError, InvalidArgumentError } = require('./errors');
 const { toInterval, makePool } = require('./util');
 
 function jsonParam(value) {
@@ -14,20 +14,21 @@ function jsonParam(value) {
  * caller's own writes.
  */
 class Client {
-  constructor(options) {
-    if (!options || (!options.pool && !options.connectionString && !options.poolConfig)) {
-      throw new TypeError('Client: give connectionString, poolConfig or pool');
-    }
+  constructor(options = {}) {
     const { pool, owned } = makePool(options);
     this.pool = pool;
     this._ownsPool = owned;
   }
 
-  async _query(sql, params, opts, fn) {
+  async _query(sql, params, opts, fn, older) {
     const on = (opts && opts.client) || this.pool;
     try {
       return await on.query(sql, params);
     } catch (err) {
+      // A server before pg_claim 0.3.0 names the array forms as overloads.
+      if (err && err.code === '42883' && older && !(opts && opts.client)) {
+        return this._query(older, params, opts, fn);
+      }
       if (err && err.code === '42883' && fn) {
         throw new NotSupportedError(`the server's pg_claim has no ${fn} of this form (${err.message})`, err);
       }
@@ -54,17 +55,18 @@ class Client {
   async enqueueBatch(queue, payloads, opts = {}) {
     if (!Array.isArray(payloads)) throw new TypeError('enqueueBatch: payloads must be an array');
     const { rows } = await this._query(
-      'SELECT id FROM claim.enqueue_batch($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
+      'SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
       [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
         opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority],
-      opts);
+      opts, null,
+      'SELECT id FROM claim.enqueue_batch($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id');
     return rows.map((r) => r.id);
   }
 
   /** Cancels items (live claims are revoked); resolves to how many. */
   async cancel(queue, ids, opts = {}) {
-    const { rows } = await this._query('SELECT claim.cancel($1::text, $2::bigint[]) AS n',
-      [queue, ids.map(String)], opts, 'claim.cancel');
+    const { rows } = await this._query('SELECT claim.cancel_many($1::text, $2::bigint[]) AS n',
+      [queue, ids.map(String)], opts, 'claim.cancel_many', 'SELECT claim.cancel($1::text, $2::bigint[]) AS n');
     return rows[0].n;
   }
 
@@ -82,11 +84,14 @@ class Client {
     return { state: r.state, attempt: r.attempt, result: r.result, error: r.error, finishedAt: r.finished_at };
   }
 
-  /** Rows of claim.queue_stats (all queues, or one). */
+  /** Rows of claim.queue_stats (all queues, or one: UnknownQueueError when it does not exist). */
   async stats(queue, opts = {}) {
     const sql = 'SELECT * FROM claim.queue_stats' +
       (queue ? ' WHERE queue = $1::text' : '') + ' ORDER BY queue';
     const { rows } = await this._query(sql, queue ? [queue] : [], opts);
+    if (queue && rows.length === 0) {
+      throw new UnknownQueueError(`queue "${queue}" does not exist`, '42704');
+    }
     return rows.map((r) => ({
       queue: r.queue,
       ready: Number(r.ready),
@@ -111,6 +116,14 @@ class Client {
    * given.
    */
   async createQueue(queue, opts = {}) {
+    const known = ['lease', 'maxAttempts', 'backoff', 'retain', 'maxActive', 'groupLimit', 'client'];
+    for (const key of Object.keys(opts)) {
+      if (!known.includes(key)) {
+        const err = new InvalidArgumentError(`createQueue has no option "${key}"`, '22023');
+        err.hint = `Its options: ${known.filter((k) => k !== 'client').join(', ')}.`;
+        throw err;
+      }
+    }
     const params = [queue, toInterval(opts.lease === undefined ? 30000 : opts.lease, 'lease'),
       opts.maxAttempts === undefined ? 5 : opts.maxAttempts,
       toInterval(opts.backoff === undefined ? 1000 : opts.backoff, 'backoff')];

@@ -26,7 +26,12 @@ class StaleTokenError extends PgClaimError {}
 class PermitMismatchError extends PgClaimError {}
 /** 42704: the queue does not exist. */
 class UnknownQueueError extends PgClaimError {}
-/** 22023 or 22004: an argument is out of range, malformed or NULL. */
+/**
+ * An argument the server refuses: 22023 (out of range, bad shape), 22004
+ * (NULL), 22007 (not an interval or timestamp), 22008 (a date out of range),
+ * 22P02 (not a number), 22003 (a number out of range), or an option the
+ * function does not have (the message names it).
+ */
 class InvalidArgumentError extends PgClaimError {}
 /** 42501: the role may not do this. */
 class PermissionDeniedError extends PgClaimError {}
@@ -44,6 +49,20 @@ class NotSupportedError extends PgClaimError {
     super(message, cause && cause.code ? cause.code : null, cause);
   }
 }
+/** 3F000 on schema claim (or a missing view of it): the database has no pg_claim. */
+class NotInstalledError extends PgClaimError {}
+/**
+ * A failure that a later try may not meet: the connection was lost or could
+ * not be made (class 08, or a socket error without a SQLSTATE), 40001
+ * serialization failure, 40P01 deadlock, 57P01-57P03 server shutting down or
+ * starting, 53xxx insufficient resources, 55P03 lock not available. Workers
+ * retry these with backoff. `.code` is the SQLSTATE, or null.
+ */
+class TransientError extends PgClaimError {}
+
+const TRANSIENT_CODES = new Set(['40001', '40P01', '57P01', '57P02', '57P03', '55P03']);
+// Messages of node-postgres for a connection that broke or could not be made.
+const CONNECTION_TEXT = /Connection terminated|connection error|timeout exceeded when trying to connect|Client was closed|Connection refused|socket hang up/i;
 
 /** A handler throws this to have its item retried after `afterMs` milliseconds. */
 class RetryError extends Error {
@@ -61,8 +80,15 @@ const BY_CODE = {
   PC001: StaleTokenError,
   PC002: PermitMismatchError,
   '42704': UnknownQueueError,
+  '42883': NotSupportedError,
   '22023': InvalidArgumentError,
   '22004': InvalidArgumentError,
+  '22007': InvalidArgumentError,
+  '22008': InvalidArgumentError,
+  '22P02': InvalidArgumentError,
+  '22003': InvalidArgumentError,
+  '3F000': NotInstalledError,
+  '0A000': NotSupportedError,
   '42501': PermissionDeniedError,
   '25006': ReadOnlyError,
   '42710': DuplicateQueueError,
@@ -70,18 +96,58 @@ const BY_CODE = {
   '57014': QueryCanceledError,
 };
 
+/** The class of a SQLSTATE (PgClaimError when none matches). */
+function errorClass(code, message) {
+  if (BY_CODE[code]) return BY_CODE[code];
+  if (TRANSIENT_CODES.has(code) || code.startsWith('08') || code.startsWith('53')) return TransientError;
+  if (code === '42P01' && typeof message === 'string' && message.includes('relation "claim.')) {
+    return NotInstalledError; // a view of schema claim is missing: no extension
+  }
+  return PgClaimError;
+}
+
+/** True for a driver error that says the connection broke or could not be made. */
+function isConnectionError(err) {
+  if (!err || typeof err !== 'object') return false;
+  if (typeof err.code === 'string' && /^E[A-Z]+$/.test(err.code)) return true; // ECONNREFUSED, ECONNRESET, ...
+  return typeof err.message === 'string' && CONNECTION_TEXT.test(err.message);
+}
+
 /**
- * Maps a driver error to its pg_claim class by SQLSTATE. Errors without a
- * SQLSTATE (a lost connection, a bug) are returned unchanged; a SQLSTATE with
- * no class of its own gives a PgClaimError.
+ * Maps a driver error to its pg_claim class by SQLSTATE (see the README's
+ * table). A lost or refused connection gives a TransientError; other errors
+ * without a SQLSTATE (a bug, a TypeError) are returned unchanged; a SQLSTATE
+ * with no class of its own gives a PgClaimError.
  */
 function mapError(err) {
   if (err instanceof PgClaimError) return err;
-  if (!err || typeof err !== 'object' || typeof err.code !== 'string' || !/^[0-9A-Z]{5}$/.test(err.code)) {
+  if (!err || typeof err !== 'object') return err;
+  if (typeof err.code !== 'string' || !/^[0-9A-Z]{5}$/.test(err.code)) {
+    if (isConnectionError(err)) return new TransientError(err.message || String(err.code), null, err);
     return err;
   }
-  const Cls = BY_CODE[err.code] || PgClaimError;
+  const Cls = errorClass(err.code, err.message);
+  if (Cls === NotSupportedError) {
+    const e = new NotSupportedError(err.message, err);
+    return e;
+  }
   return new Cls(err.message, err.code, err);
+}
+
+// What a worker does with each class: stop at once and reject run() (no
+// retry will fix it), or retry with backoff.
+const FATAL_CLASSES = [UnknownQueueError, InvalidNameError, InvalidArgumentError, PermissionDeniedError,
+  NotInstalledError, NotSupportedError];
+
+/** True when no retry can fix the error (the README's table). */
+function isFatal(err) {
+  const mapped = mapError(err);
+  return FATAL_CLASSES.some((Cls) => mapped instanceof Cls);
+}
+
+/** True for a TransientError (or a driver error that maps to one). */
+function isTransient(err) {
+  return mapError(err) instanceof TransientError;
 }
 
 function isStale(err) {
@@ -100,7 +166,12 @@ module.exports = {
   InvalidNameError,
   QueryCanceledError,
   NotSupportedError,
+  NotInstalledError,
+  TransientError,
   RetryError,
   mapError,
+  errorClass,
+  isFatal,
+  isTransient,
   isStale,
 };

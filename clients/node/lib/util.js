@@ -17,11 +17,16 @@ function toInterval(value, what) {
   throw new TypeError(`${what} must be milliseconds (number) or an interval (string)`);
 }
 
-/** Makes a pg.Pool from { pool } or { connectionString } (or other pg.Pool options). */
+/**
+ * Makes a pg.Pool from { pool } or { connectionString } (or other pg.Pool
+ * options). With none of them: $PG_CLAIM_DSN, else libpq's PG* variables
+ * (which node-postgres reads itself).
+ */
 function makePool(options, max) {
   if (options.pool) return { pool: options.pool, owned: false };
   const config = {};
   if (options.connectionString) config.connectionString = options.connectionString;
+  else if (!options.poolConfig && process.env.PG_CLAIM_DSN) config.connectionString = process.env.PG_CLAIM_DSN;
   if (options.poolConfig) Object.assign(config, options.poolConfig);
   if (max !== undefined && config.max === undefined) config.max = max;
   const pool = new pg.Pool(config);

@@ -2,11 +2,26 @@
 
 const os = require('os');
 const { EventEmitter } = require('events');
-const { mapError, isStale, RetryError } = require('./errors');
+const { mapError, isStale, isFatal, RetryError, NotInstalledError } = require('./errors');
 const { toInterval, makePool, cancelActive, detectFeatures, sleep } = require('./util');
 
 const immediate = () => new Promise((resolve) => setImmediate(resolve));
 const MAX_ERROR_TEXT = 8000;
+// Backoff of a claim loop after an error that a retry may fix (ms).
+const BACKOFF_FIRST = 500;
+const BACKOFF_MAX = 30000;
+
+/** host:pid, recorded as the claims' worker unless `worker` names one. */
+function defaultWorkerName() {
+  return `${os.hostname()}:${process.pid}`;
+}
+
+/** "Name: message" of a handler's failure, on one line. */
+function failureText(err) {
+  if (!(err instanceof Error)) return String(err).split('\n')[0];
+  const first = (err.message || '').split('\n')[0];
+  return first ? `${err.name || 'Error'}: ${first}` : (err.name || 'Error');
+}
 
 const defaultLogger = {
   info() {},
@@ -41,9 +56,6 @@ class Worker extends EventEmitter {
     if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 10000) {
       throw new TypeError('Worker: concurrency must be an integer from 1 to 10000');
     }
-    if (!options.pool && !options.connectionString && !options.poolConfig) {
-      throw new TypeError('Worker: give connectionString, poolConfig or pool');
-    }
     this.queue = queue;
     this.handler = handler;
     this.concurrency = concurrency;
@@ -53,7 +65,7 @@ class Worker extends EventEmitter {
     this.grace = options.grace === undefined ? 30000 : options.grace;
     if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
     this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
-    this.workerName = options.worker || `node:${os.hostname()}:${process.pid}`;
+    this.workerName = options.worker || defaultWorkerName();
     this.logger = Object.assign({}, defaultLogger, options.logger || {});
     this._options = options;
     this._signal = options.signal || null;
@@ -83,6 +95,7 @@ class Worker extends EventEmitter {
     this._completions = new Set(); // completion promises in flight
     this._waiters = new Set(); // claim loops waiting for a slot or sleeping
     this._runPromise = null;
+    this._fatal = null; // the error that stopped the worker, rejected by run()
     this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
   }
 
@@ -125,7 +138,15 @@ class Worker extends EventEmitter {
     this._pool = pool;
     this._ownsPool = owned;
     try {
-      this._features = await detectFeatures(pool);
+      try {
+        const { rows } = await pool.query("SELECT pg_catalog.to_regnamespace('claim') IS NOT NULL AS installed");
+        if (!rows[0].installed) {
+          throw new NotInstalledError('the database has no schema claim: run CREATE EXTENSION pg_claim in it', '3F000');
+        }
+        this._features = await detectFeatures(pool);
+      } catch (err) {
+        throw mapError(err);
+      }
       // Completing on the claim (claim_next(done => ...)) saves a statement
       // per batch, but the claim then waits for the completions' commit and
       // runs them on the claim's own backend. Completing on another
@@ -151,6 +172,8 @@ class Worker extends EventEmitter {
       if (this._ownsPool) await pool.end().catch(() => {});
       this.emit('stopped');
     }
+    if (this._fatal) throw this._fatal;
+    return this.stats;
   }
 
   _kick() {
@@ -185,7 +208,7 @@ class Worker extends EventEmitter {
   // commit) overlaps the next one's.
 
   async _dispatch(lane) {
-    let backoff = 250;
+    let backoff = BACKOFF_FIRST;
     const share = Math.ceil(this.concurrency / this.lanes);
     while (!this._stopping) {
       if (this._active + this._reserved >= this.concurrency) {
@@ -218,7 +241,7 @@ class Worker extends EventEmitter {
         const started = Date.now();
         rows = await this._claim(lane.client, n, done);
         this._reserved -= n;
-        backoff = 250;
+        backoff = BACKOFF_FIRST;
         if (rows.length === 0 && done.length === 0 && Date.now() - started < 20 && !this._stopping) {
           // The claim did not wait (wait => 0): do not spin on an empty queue.
           lane.state = 'backoff';
@@ -234,8 +257,18 @@ class Worker extends EventEmitter {
           if (isStale(err)) continue;
         }
         const stoppingCancel = this._stopping && err && err.code === '57014';
-        if (!stoppingCancel) {
-          this.logger.error(`claim_next on queue ${this.queue} failed: ${errorText(err)}`);
+        if (!stoppingCancel && isFatal(err)) {
+          // Nothing will change by trying again: stop, and reject run().
+          if (!this._fatal) {
+            this._fatal = mapError(err);
+            this.logger.error(`worker ${this.workerName}: ${errorText(err)}; stopping`);
+          }
+          this.stop();
+          break;
+        }
+        if (!stoppingCancel && !this._stopping) {
+          this.logger.warn(`worker ${this.workerName}: claim on queue ${this.queue} failed: ${errorText(err)}` +
+            `${err && err.code ? ` (${err.code})` : ''}; retrying in ${backoff} ms`);
         }
         if (lane.client && !(err && typeof err.code === 'string' && err.code.length === 5)) {
           // Not a server error: the connection may be gone; take a new one.
@@ -244,7 +277,7 @@ class Worker extends EventEmitter {
         }
         if (this._stopping) break;
         await this._pause(backoff);
-        backoff = Math.min(backoff * 2, 5000);
+        backoff = Math.min(backoff * 2, BACKOFF_MAX);
         continue;
       }
       lane.state = 'idle';
@@ -270,7 +303,9 @@ class Worker extends EventEmitter {
     }
     call += ')';
     this.stats.claimCalls += 1;
-    const sql = 'SELECT id, token, payload, attempt, group_key, enqueued_at, lease_until, ' +
+    // Tokens come back as text: a decimal string end to end, whatever int8
+    // parser the pool has (setTypeParser(20, parseInt) cannot round one).
+    const sql = 'SELECT id, token::text AS token, payload, attempt, group_key, enqueued_at, lease_until, ' +
       '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
       `FROM ${call}`;
     try {
@@ -513,7 +548,7 @@ class Worker extends EventEmitter {
       this._completeEach(batch);
       return;
     }
-    this._track(this._pool.query('SELECT claim.complete($1::bigint[])', [batch.map((s) => s.job.token)]).then(
+    this._track(this._pool.query('SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
       () => { for (const s of batch) this._settled(s, 'completed'); },
       (err) => {
         // One stale token refuses the whole batch: complete one by one.
@@ -544,6 +579,12 @@ class Worker extends EventEmitter {
 
   async _fail(state, error, queryable) {
     const retryIn = error instanceof RetryError ? toInterval(error.afterMs, 'afterMs') : null;
+    const { job } = state;
+    if (retryIn === null) {
+      this.logger.warn(`worker ${this.workerName}: job ${job.id} attempt ${job.attempt} failed: ${failureText(error)}`);
+    } else {
+      this.logger.info(`worker ${this.workerName}: job ${job.id} attempt ${job.attempt}: retry in ${error.afterMs} ms`);
+    }
     try {
       await queryable.query('SELECT claim.fail($1::bigint, $2::text, $3::interval)',
         [state.job.token, errorText(error), retryIn]);
@@ -561,7 +602,7 @@ class Worker extends EventEmitter {
 
   _dropStale(state, why, err) {
     this.stats.stale += 1;
-    this.logger.warn(`item ${state.job.id} (token ${state.job.token}): stale token, outcome dropped: ${why}`);
+    this.logger.warn(`worker ${this.workerName}: job ${state.job.id} attempt ${state.job.attempt}: stale token ${state.job.token}, outcome dropped: ${why}`);
     this._settled(state, 'stale', err);
   }
 
@@ -653,4 +694,4 @@ function handleSignals(worker, signals = ['SIGTERM', 'SIGINT']) {
   };
 }
 
-module.exports = { Worker, handleSignals };
+module.exports = { Worker, handleSignals, defaultWorkerName };

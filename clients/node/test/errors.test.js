@@ -99,15 +99,21 @@ test('no privileges -> PermissionDeniedError (42501)', async (t) => {
   }
 });
 
-test('other errors: a SQLSTATE without a class is a PgClaimError, others pass unchanged', () => {
-  const e = mapError(Object.assign(new Error('x'), { code: '40001' }));
-  assert.ok(e instanceof PgClaimError);
-  assert.equal(e.constructor, PgClaimError);
-  assert.equal(e.code, '40001');
-  const plain = new Error('connection lost');
+test('other errors: transient ones are TransientError, a SQLSTATE without a class is a PgClaimError, others pass unchanged', () => {
+  const ser = mapError(Object.assign(new Error('x'), { code: '40001' }));
+  assert.ok(ser instanceof pgc.TransientError && ser instanceof PgClaimError);
+  assert.equal(ser.code, '40001');
+  const other = mapError(Object.assign(new Error('x'), { code: '2202E' }));
+  assert.equal(other.constructor, PgClaimError);
+  assert.equal(other.code, '2202E');
+  const plain = new TypeError('not a function');
   assert.equal(mapError(plain), plain);
-  const refused = Object.assign(new Error('refused'), { code: 'ECONNREFUSED' });
-  assert.equal(mapError(refused), refused);
+  const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
+  const mapped = mapError(refused);
+  assert.ok(mapped instanceof pgc.TransientError);
+  assert.equal(mapped.code, null);
+  assert.equal(mapped.cause, refused);
+  assert.ok(mapError(new Error('Connection terminated unexpectedly')) instanceof pgc.TransientError);
 });
 
 test('functions the server lacks -> NotSupportedError', async (t) => {

@@ -5,9 +5,9 @@ const crypto = require('crypto');
 const { spawn } = require('child_process');
 const pg = require('pg');
 
-const DSN = process.env.PGCLAIM_TEST_DSN;
+const DSN = process.env.PG_CLAIM_DSN;
 if (!DSN) {
-  throw new Error('PGCLAIM_TEST_DSN is not set (a libpq URL such as postgresql://user@127.0.0.1:5432/db)');
+  throw new Error('PG_CLAIM_DSN is not set (a libpq URL such as postgresql://user@127.0.0.1:5432/db)');
 }
 
 /** A queue name no other test (or run) uses. */
@@ -37,7 +37,7 @@ async function waitFor(check, { timeout = 30000, every = 100, what = 'condition'
 /** Starts test/fixtures/worker-child.js with the given settings (env). */
 function spawnWorker(env) {
   const child = spawn(process.execPath, [path.join(__dirname, 'fixtures', 'worker-child.js')], {
-    env: { ...process.env, PGCLAIM_TEST_DSN: DSN, ...env },
+    env: { ...process.env, PG_CLAIM_DSN: DSN, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.output = '';

@@ -12,14 +12,16 @@ from .aio import AsyncWorker
 from .client import Client, ItemState, QueueStats
 from .errors import (Cancelled, InvalidArgument, InvalidName, NotInstalled, NotSupported,
                      NullArgument, PermissionDenied, PermitMismatch, PgClaimError, QueueExists,
-                     ReadOnly, StaleToken, UnknownQueue, error_class, map_error)
-from .worker import Worker
+                     ReadOnly, StaleToken, Transient, UnknownQueue, classify, error_class,
+                     map_error)
+from .worker import Worker, default_conninfo, default_worker_name
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "AsyncWorker", "Cancelled", "Client", "Features", "Interval", "InvalidArgument", "InvalidName",
     "ItemState", "Job", "NotInstalled", "NotSupported", "NullArgument", "PermissionDenied",
     "PermitMismatch", "PgClaimError", "QueueExists", "QueueStats", "ReadOnly", "Retry",
-    "StaleToken", "UnknownQueue", "Worker", "WorkerStats", "error_class", "map_error",
+    "StaleToken", "Transient", "UnknownQueue", "Worker", "WorkerStats", "classify",
+    "default_conninfo", "default_worker_name", "error_class", "map_error",
 ]

@@ -14,8 +14,9 @@ import psycopg
 
 from ._common import Interval, Job, Retry, WorkerStats, to_interval
 from ._features import FEATURES_SQL, Features
-from .errors import map_error
-from .worker import (ASSERT_SQL, CANCELED, FATAL, connect_kwargs_for, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
+from .errors import is_fatal, map_error
+from .worker import (ASSERT_SQL, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, _Fatal,
+                     connect_kwargs_for, default_conninfo, default_worker_name, log_failure, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
                      COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
                      _sqlstate)
 from psycopg.types.json import Jsonb
@@ -70,7 +71,7 @@ class AsyncWorker:
     the handler's transaction.
     """
 
-    def __init__(self, conninfo: str, queue: str, handler: AsyncHandler, *,
+    def __init__(self, conninfo: Optional[str], queue: str, handler: AsyncHandler, *,
                  concurrency: int = 1, lease: Optional[Interval] = None,
                  wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
                  name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
@@ -81,7 +82,7 @@ class AsyncWorker:
             raise ValueError("concurrency must be at least 1")
         if grace < 0:
             raise ValueError("grace must not be negative")
-        self.conninfo = conninfo
+        self.conninfo = default_conninfo(conninfo)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -89,7 +90,7 @@ class AsyncWorker:
         self.wait = to_interval(wait)
         self.grace = float(grace)
         self.transactional = transactional
-        self.name = name
+        self.name = name or default_worker_name()
         self.heartbeat = heartbeat
         self.burst = burst
         self.max_jobs = max_jobs
@@ -106,7 +107,7 @@ class AsyncWorker:
         self._tickets = 0
         self._slots: List[_ASlot] = []
         self._sql: Optional[ClaimSQL] = None
-        self._fatal: Optional[psycopg.Error] = None
+        self._fatal: Optional[BaseException] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -314,9 +315,16 @@ class AsyncWorker:
         if self.max_jobs is not None:
             self._tickets -= 1
 
+    def _set_fatal(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
+            self._fatal = exc
+        self.stop()
+
     async def _slot_main(self, slot: _ASlot) -> None:
         assert self._stop is not None
         pending: List[int] = []
+        backoff = BACKOFF_FIRST
         try:
             while not self._stop.is_set():
                 try:
@@ -332,25 +340,33 @@ class AsyncWorker:
                         if self.burst:
                             break
                         continue
+                    backoff = BACKOFF_FIRST
                     job = slot.leases.job(self.queue, rows[0])
                     if await self._process(slot, job):
                         pending = [job.token]
-                except psycopg.OperationalError as exc:
+                except _Fatal as fatal:
+                    self._set_fatal(fatal.exc)
                     pending = []
-                    await self._reconnect(slot, exc)
+                    break
                 except psycopg.Error as exc:
                     pending = []
                     if _sqlstate(exc) in FATAL:
-                        log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
-                        self._fatal = exc
-                        self.stop()
+                        self._set_fatal(exc)
                         break
-                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
-                    await asyncio.sleep(1.0)
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        await self._reconnect(slot, exc)
+                    else:
+                        log.warning("worker %s: slot %d: %s (SQLSTATE %s); retrying in %.1f s",
+                                    self._label(), slot.index, _error_text(exc), _sqlstate(exc),
+                                    backoff)
+                        await self._sleep(backoff)
+                        backoff = min(backoff * 2, BACKOFF_MAX)
                 except Exception:
                     log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
                     pending = []
-                    await asyncio.sleep(1.0)
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
             if pending:
                 try:
                     await self._complete_now(slot, pending[0], None)
@@ -360,11 +376,19 @@ class AsyncWorker:
         finally:
             slot.state = "done"
 
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, or less when the worker is stopped meanwhile."""
+        assert self._stop is not None
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
     async def _reconnect(self, slot: _ASlot, exc: BaseException) -> None:
         assert self._stop is not None
         log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
-                    self._label(), slot.index, exc)
-        delay = 0.5
+                    self._label(), slot.index, _error_text(exc))
+        delay = BACKOFF_FIRST
         while not self._stop.is_set():
             try:
                 old = slot.conn
@@ -373,9 +397,10 @@ class AsyncWorker:
                     await old.close()
                 return
             except psycopg.OperationalError as err:
-                log.warning("worker %s: reconnect failed: %s", self._label(), err)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                log.warning("worker %s: reconnect failed (%s); next try in %.1f s",
+                            self._label(), _error_text(err), delay)
+                await self._sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
 
     async def _fetch(self, slot: _ASlot, query: str,
                      params: Optional[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
@@ -428,6 +453,10 @@ class AsyncWorker:
             if rows:
                 self.stats.claimed += 1
             return rows
+        except psycopg.Error as exc:
+            if is_fatal(exc):
+                raise _Fatal(exc) from exc
+            raise
         finally:
             if slot.state == "claiming":
                 slot.state = "busy"
@@ -466,10 +495,13 @@ class AsyncWorker:
             outcome = ("retry", exc)
         except Exception as exc:
             outcome = ("fail", exc)
-        abandoned, _lost = await self._end_job(slot)
+        abandoned, lost = await self._end_job(slot)
         if abandoned:
             log.info("worker %s: job %d finished after it was released; outcome dropped",
                      self._label(), job.id)
+            return False
+        if lost:   # the heartbeat said so; nothing to send
+            self.stats.stale += 1
             return False
         kind, value = outcome
         if kind == "ok":
@@ -480,8 +512,7 @@ class AsyncWorker:
         elif kind == "retry":
             await self._fail_now(slot, job, _error_text(value), value.after)
         else:
-            log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
-                     job.attempt, _error_text(value))
+            log_failure(self._label(), job, value)
             await self._fail_now(slot, job, _error_text(value), None)
         return False
 
@@ -511,15 +542,16 @@ class AsyncWorker:
         except Exception as exc:
             if _sqlstate(exc) == STALE or slot.lost:
                 self.stats.stale += 1
-                log.warning("worker %s: job %d: token is stale, its writes were rolled back (%s)",
-                            self._label(), job.id, _error_text(exc))
+                if not slot.lost:   # else the heartbeat said so
+                    log.warning("worker %s: job %d attempt %d: token is stale, its writes were "
+                                "rolled back (%s)", self._label(), job.id, job.attempt,
+                                _error_text(exc))
             elif slot.abandoned:
                 await self._release_after_abandon(slot, job)
             elif conn.closed or conn.broken:   # the slot's connection is gone
                 raise
             else:
-                log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
-                         job.attempt, _error_text(exc))
+                log_failure(self._label(), job, exc)
                 await self._fail_now(slot, job, _error_text(exc), None)
         finally:
             job.conn = None
@@ -622,8 +654,9 @@ class AsyncWorker:
                 except psycopg.Error as exc:
                     if _sqlstate(exc) == STALE:
                         slot.lost = True
-                        log.warning("worker %s: job %d lost its lease (%s)", self._label(),
-                                    job.id, exc.diag.message_primary)
+                        log.warning("worker %s: job %d attempt %d lost its lease (%s); its "
+                                    "outcome will be dropped", self._label(), job.id,
+                                    job.attempt, exc.diag.message_primary)
                     else:
                         log.debug("heartbeat of job %d: %s", job.id, exc)
                 except asyncio.CancelledError:

@@ -12,7 +12,8 @@ from psycopg.types.json import Jsonb
 
 from ._common import Interval, to_interval
 from ._features import FEATURES_SQL, Features
-from .errors import map_error
+from .worker import default_conninfo
+from .errors import InvalidArgument, UnknownQueue, map_error
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class QueueStats:
 _STATS_FIELDS = ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age",
                  "waiting", "paused")
 
-Target = Union[str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
+Target = Union[None, str, "psycopg.Connection[Any]", "psycopg.Cursor[Any]"]
 
 
 def _call(name: str, positional: Sequence[Any], named: Dict[str, Any],
@@ -70,18 +71,23 @@ def _call(name: str, positional: Sequence[Any], named: Dict[str, Any],
 class Client:
     """Helpers over one connection.
 
-    Given a conninfo string, the client opens its own autocommit connection
+    Given a conninfo string (or None: ``$PG_CLAIM_DSN``, else libpq's
+    ``PG*`` variables), the client opens its own autocommit connection
     (closed by :meth:`close` or ``with``). Given a psycopg connection or
     cursor, it runs on that connection as it is: inside the caller's open
     transaction, committed or rolled back by the caller.
     """
 
-    def __init__(self, target: Target, *, prepare: bool = False,
+    def __init__(self, target: Target = None, *, prepare: bool = False,
                  connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
-        if isinstance(target, str):
+        if target is None or isinstance(target, str):
             kwargs = dict(connect_kwargs or {})
             kwargs.setdefault("prepare_threshold", 5 if prepare else None)
-            self.conn: psycopg.Connection[Any] = psycopg.connect(target, autocommit=True, **kwargs)
+            try:
+                self.conn: psycopg.Connection[Any] = psycopg.connect(
+                    default_conninfo(target), autocommit=True, **kwargs)
+            except psycopg.Error as exc:
+                raise map_error(exc) from exc
             self._owned = True
         elif isinstance(target, psycopg.Cursor):
             self.conn = target.connection
@@ -144,10 +150,12 @@ class Client:
                       after: Optional[Sequence[int]] = None) -> List[int]:
         """Add many items in one statement; ids in the order of ``payloads``.
         ``after``: ids that must finish before any of these is ready."""
+        # enqueue_many from pg_claim 0.3.0 on; enqueue_batch before it.
+        name = "enqueue_many" if self.features.has("enqueue_many") else "enqueue_batch"
         if after is not None:
-            self.features.require("enqueue_batch", "after")
+            self.features.require(name, "after")
         docs = [Jsonb({} if p is None else p) for p in payloads]
-        call, params = _call("enqueue_batch", [queue, docs],
+        call, params = _call(name, [queue, docs],
                              {"group_keys": list(group_keys) if group_keys is not None else None,
                               "run_at": run_at, "priority": priority,
                               "after": list(after) if after is not None else None},
@@ -159,8 +167,11 @@ class Client:
     def cancel(self, queue: str, ids: Sequence[int]) -> int:
         """Cancel items; live claims on them are revoked (their tokens become
         stale). Returns how many were cancelled."""
-        self.features.require("cancel")
-        row = self._exec("SELECT claim.cancel(%s, %s::bigint[])", (queue, list(ids))).fetchone()
+        if self.features.has("cancel_many"):  # pg_claim 0.3.0 on
+            row = self._exec("SELECT claim.cancel_many(%s, %s::bigint[])", (queue, list(ids))).fetchone()
+        else:
+            self.features.require("cancel")
+            row = self._exec("SELECT claim.cancel(%s, %s::bigint[])", (queue, list(ids))).fetchone()
         assert row is not None
         return int(row[0] or 0)
 
@@ -176,7 +187,8 @@ class Client:
         return ItemState(state=row[0], attempt=row[1], result=row[2], error=row[3], finished_at=row[4])
 
     def stats(self, queue: Optional[str] = None) -> List[QueueStats]:
-        """Rows of ``claim.queue_stats`` (one queue, or all)."""
+        """Rows of ``claim.queue_stats`` (one queue, or all). A queue that
+        does not exist raises :class:`UnknownQueue`."""
         cur = self._exec("SELECT * FROM claim.queue_stats" +
                          (" WHERE queue = %s" if queue is not None else "") + " ORDER BY queue",
                          (queue,) if queue is not None else None)
@@ -191,6 +203,9 @@ class Client:
                                   oldest_ready_age=rec.get("oldest_ready_age"),
                                   waiting=None if rec.get("waiting") is None else int(rec["waiting"]),
                                   paused=rec.get("paused"), extra=extra))
+        if queue is not None and not out:
+            raise UnknownQueue(f"queue \"{queue}\" does not exist", sqlstate="42704",
+                               hint="Create it with claim.create_queue().")
         return out
 
     def metrics(self) -> List[Dict[str, Any]]:
@@ -208,11 +223,25 @@ class Client:
         """``claim.create_queue`` with the named options given."""
         named: Dict[str, Any] = {"lease": to_interval(lease), "max_attempts": max_attempts,
                                  "backoff": to_interval(backoff)}
+        self._check_options("create_queue", options)
         named.update(options)
         call, params = _call("create_queue", [queue], named,
                              {"lease": "interval", "max_attempts": "int", "backoff": "interval",
                               "retain": "interval"})
         self._select(call, params)
+
+    def _check_options(self, function: str, options: Dict[str, Any]) -> None:
+        """InvalidArgument naming an option that claim.<function> does not
+        take (rather than the server's 42883 for the whole call)."""
+        known = set()
+        for names, _types in self.features.functions.get(function, ()):
+            known.update(names)
+        known.discard("queue")
+        for key in options:
+            if key not in known:
+                raise InvalidArgument(
+                    f"claim.{function}() has no option {key!r}", sqlstate="22023",
+                    hint="Its options: " + ", ".join(sorted(known)) + ".")
 
     def drop_queue(self, queue: str) -> None:
         self._exec("SELECT claim.drop_queue(%s)", (queue,))

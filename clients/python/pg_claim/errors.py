@@ -6,7 +6,7 @@ a psycopg error into the matching class below, keeping the original as
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Dict, Optional, Tuple, Type
 
 import psycopg
 
@@ -59,7 +59,11 @@ class InvalidName(PgClaimError):
 
 
 class InvalidArgument(PgClaimError):
-    """22023 (out of range, bad shape) or 22004 (NULL where a value is needed)."""
+    """An argument the server refuses: 22023 (out of range, bad shape), 22004
+    (NULL where a value is needed), 22007 (not an interval or timestamp),
+    22008 (a date out of range), 22P02 (not a number), 22003 (a number out
+    of range), or an option the function does not have (the message names
+    it)."""
 
     sqlstate = "22023"
 
@@ -96,7 +100,22 @@ class NotSupported(PgClaimError):
 
 
 class NotInstalled(PgClaimError):
-    """The database has no schema ``claim``: CREATE EXTENSION pg_claim first."""
+    """3F000 on schema ``claim``: the database has no pg_claim; run
+    CREATE EXTENSION pg_claim in it first."""
+
+    sqlstate = "3F000"
+
+
+class Transient(PgClaimError):
+    """A failure that a later try may not meet: the connection was lost or
+    could not be made (class 08, or no SQLSTATE at all), 40001
+    serialization failure, 40P01 deadlock, 57P01-57P03 server shutting
+    down or starting, 53xxx insufficient resources, 55P03 lock not
+    available. Workers retry these with backoff."""
+
+
+#: SQLSTATEs of :class:`Transient`, besides class 08 and 53.
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "55P03"})
 
 
 _BY_SQLSTATE: Dict[str, Type[PgClaimError]] = {
@@ -108,6 +127,11 @@ _BY_SQLSTATE: Dict[str, Type[PgClaimError]] = {
     "42602": InvalidName,
     "22023": InvalidArgument,
     "22004": NullArgument,
+    "22007": InvalidArgument,   # invalid_datetime_format: 'soon'::interval
+    "22008": InvalidArgument,   # datetime_field_overflow
+    "22P02": InvalidArgument,   # invalid_text_representation
+    "22003": InvalidArgument,   # numeric_value_out_of_range
+    "3F000": NotInstalled,      # invalid_schema_name: no schema claim
     "42501": PermissionDenied,
     "25006": ReadOnly,
     "57014": Cancelled,
@@ -115,11 +139,48 @@ _BY_SQLSTATE: Dict[str, Type[PgClaimError]] = {
 }
 
 
-def error_class(sqlstate: Optional[str]) -> Type[PgClaimError]:
-    """The exception class for a SQLSTATE (PgClaimError when none matches)."""
+def error_class(sqlstate: Optional[str], message: Optional[str] = None) -> Type[PgClaimError]:
+    """The exception class for a SQLSTATE (PgClaimError when none matches);
+    ``message`` tells a missing view of schema claim (42P01) apart."""
     if sqlstate is None:
         return PgClaimError
-    return _BY_SQLSTATE.get(sqlstate, PgClaimError)
+    cls = _BY_SQLSTATE.get(sqlstate)
+    if cls is not None:
+        return cls
+    if sqlstate == "42P01" and message is not None and 'relation "claim.' in message:
+        return NotInstalled   # a view of schema claim is missing: no extension
+    if sqlstate in TRANSIENT_SQLSTATES or sqlstate[:2] in ("08", "53"):
+        return Transient
+    return PgClaimError
+
+
+def classify(exc: BaseException) -> Type[PgClaimError]:
+    """The class of any error a call may raise: a PgClaimError's own class;
+    for a psycopg error, the class of its SQLSTATE, and :class:`Transient`
+    for an OperationalError without one (the connection could not be made
+    or was lost); PgClaimError otherwise."""
+    if isinstance(exc, PgClaimError):
+        return type(exc)
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return Transient
+    diag = getattr(exc, "diag", None)
+    return error_class(sqlstate, getattr(diag, "message_primary", None) if diag else None)
+
+
+# What a worker does with an error of each class: stop at once and raise it
+# from run() (nothing will change by trying again), or retry with backoff.
+FATAL_CLASSES: Tuple[Type[PgClaimError], ...] = (
+    UnknownQueue, InvalidName, InvalidArgument, PermissionDenied, NotInstalled, NotSupported)
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """True when no retry can fix the error (see the README's table)."""
+    return issubclass(classify(exc), FATAL_CLASSES)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return issubclass(classify(exc), Transient)
 
 
 def map_error(exc: psycopg.Error) -> PgClaimError:
@@ -127,7 +188,7 @@ def map_error(exc: psycopg.Error) -> PgClaimError:
     sqlstate = exc.sqlstate
     diag = exc.diag
     message = diag.message_primary or str(exc).strip()
-    cls = error_class(sqlstate)
+    cls = classify(exc)
     err = cls(message, sqlstate=sqlstate, detail=diag.message_detail, hint=diag.message_hint)
     err.__cause__ = exc
     return err
@@ -136,5 +197,6 @@ def map_error(exc: psycopg.Error) -> PgClaimError:
 __all__ = [
     "PgClaimError", "StaleToken", "PermitMismatch", "UnknownQueue", "QueueExists",
     "InvalidName", "InvalidArgument", "NullArgument", "PermissionDenied", "ReadOnly",
-    "Cancelled", "NotSupported", "NotInstalled", "error_class", "map_error",
+    "Cancelled", "NotSupported", "NotInstalled", "Transient", "error_class", "classify",
+    "is_fatal", "is_transient", "map_error", "FATAL_CLASSES", "TRANSIENT_SQLSTATES",
 ]

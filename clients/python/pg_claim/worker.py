@@ -11,7 +11,9 @@ one round trip per job.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -23,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ._common import Interval, Job, Retry, WorkerStats, sum_stats, to_interval
 from ._features import FEATURES_SQL, Features
-from .errors import map_error
+from .errors import is_fatal, map_error
 
 log = logging.getLogger("pg_claim.worker")
 
@@ -62,7 +64,7 @@ class ClaimSQL:
 LEASE_SECONDS_SQL = "SELECT pg_catalog.date_part('epoch', %s::interval)"
 COMPLETE_SQL = "SELECT claim.complete(%s::bigint)"
 COMPLETE_RESULT_SQL = "SELECT claim.complete(%s::bigint, %s::jsonb)"
-COMPLETE_MANY_SQL = "SELECT claim.complete(%s::bigint[], true)"
+COMPLETE_MANY_SQL = "SELECT claim.complete_many(%s::bigint[], true)"
 FAIL_SQL = "SELECT claim.fail(%s::bigint, %s, %s::interval)"
 EXTEND_SQL = "SELECT claim.extend(%s::bigint, %s::interval)"
 RELEASE_SQL = "SELECT claim.release(%s::bigint)"
@@ -70,9 +72,35 @@ ASSERT_SQL = "SELECT claim.assert_token(%s::bigint)"
 
 STALE = "PC001"
 CANCELED = "57014"
-# Errors no retry can fix: the worker stops and run() raises them (mapped).
-# Unknown queue, no privilege, no such function or schema (extension missing).
+# Errors no retry can fix, wherever they come from: the worker stops and
+# run() raises them (mapped). Unknown queue, no privilege, no such function
+# or schema (extension missing). A claim statement's errors are judged by
+# errors.is_fatal, which adds the classes of a bad argument.
 FATAL = frozenset({"42704", "42501", "42883", "3F000"})
+# Backoff of a slot after an error that a retry may fix (seconds).
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+
+
+def default_conninfo(conninfo: Optional[str] = None) -> str:
+    """The connection string to use: the one given, else $PG_CLAIM_DSN, else
+    "" (libpq's PG* environment variables and defaults)."""
+    if conninfo:
+        return conninfo
+    return os.environ.get("PG_CLAIM_DSN", "")
+
+
+def default_worker_name() -> str:
+    """host:pid, recorded as the claims' worker unless a name is given."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _Fatal(Exception):
+    """A claim statement's error that no retry can fix."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
@@ -96,8 +124,18 @@ def _sqlstate(exc: BaseException) -> Optional[str]:
 
 
 def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
+        return exc.diag.message_primary
     text = str(exc).strip()
     return text if text else type(exc).__name__
+
+
+def log_failure(label: str, job: Job, exc: BaseException) -> None:
+    """A handler's failure: one WARNING line (the traceback at DEBUG)."""
+    text = str(exc).strip()
+    what = type(exc).__name__ + (": " + text.splitlines()[0] if text else "")
+    log.warning("worker %s: job %d attempt %d failed: %s", label, job.id, job.attempt, what)
+    log.debug("job %d: traceback", job.id, exc_info=exc)
 
 
 class LeaseClock:
@@ -190,7 +228,7 @@ class Worker:
     retry delay. A stale token (PC001) is logged and the outcome dropped.
     """
 
-    def __init__(self, conninfo: str, queue: str, handler: Handler, *,
+    def __init__(self, conninfo: Optional[str], queue: str, handler: Handler, *,
                  concurrency: int = 1, lease: Optional[Interval] = None,
                  wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
                  name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
@@ -201,7 +239,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         if grace < 0:
             raise ValueError("grace must not be negative")
-        self.conninfo = conninfo
+        self.conninfo = default_conninfo(conninfo)
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -209,7 +247,7 @@ class Worker:
         self.wait = to_interval(wait)
         self.grace = float(grace)
         self.transactional = transactional
-        self.name = name
+        self.name = name or default_worker_name()
         self.heartbeat = heartbeat
         self.burst = burst
         self.max_jobs = max_jobs
@@ -224,7 +262,7 @@ class Worker:
         self._tickets = 0
         self._slots: List[_Slot] = []
         self._sql: Optional[ClaimSQL] = None
-        self._fatal: Optional[psycopg.Error] = None
+        self._fatal: Optional[BaseException] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -420,8 +458,18 @@ class Worker:
             with self._stats_lock:
                 self._tickets -= 1
 
+    def _set_fatal(self, exc: BaseException) -> None:
+        with self._stats_lock:
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+        if first:
+            log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
+        self._stop.set()
+
     def _slot_main(self, slot: _Slot) -> None:
         pending: List[int] = []
+        backoff = BACKOFF_FIRST
         try:
             while not self._stop.is_set():
                 try:
@@ -437,25 +485,33 @@ class Worker:
                         if self.burst:
                             break
                         continue
+                    backoff = BACKOFF_FIRST
                     job = slot.leases.job(self.queue, rows[0])
                     if self._process(slot, job):
                         pending = [job.token]
-                except psycopg.OperationalError as exc:
+                except _Fatal as fatal:
+                    self._set_fatal(fatal.exc)
                     pending = []
-                    self._reconnect(slot, exc)
+                    break
                 except psycopg.Error as exc:
                     pending = []
                     if _sqlstate(exc) in FATAL:
-                        log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
-                        self._fatal = exc
-                        self._stop.set()
+                        self._set_fatal(exc)
                         break
-                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
-                    self._stop.wait(1.0)
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        self._reconnect(slot, exc)
+                    else:
+                        log.warning("worker %s: slot %d: %s (SQLSTATE %s); retrying in %.1f s",
+                                    self._label(), slot.index, _error_text(exc), _sqlstate(exc),
+                                    backoff)
+                        self._stop.wait(backoff)
+                        backoff = min(backoff * 2, BACKOFF_MAX)
                 except Exception:
                     log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
                     pending = []
-                    self._stop.wait(1.0)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
             if pending:
                 try:
                     self._complete_now(slot, pending[0], None)
@@ -468,8 +524,8 @@ class Worker:
 
     def _reconnect(self, slot: _Slot, exc: BaseException) -> None:
         log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
-                    self._label(), slot.index, exc)
-        delay = 0.5
+                    self._label(), slot.index, _error_text(exc))
+        delay = BACKOFF_FIRST
         while not self._stop.is_set():
             try:
                 old = slot.conn
@@ -480,9 +536,10 @@ class Worker:
                     old.close()
                 return
             except psycopg.OperationalError as err:
-                log.warning("worker %s: reconnect failed: %s", self._label(), err)
+                log.warning("worker %s: reconnect failed (%s); next try in %.1f s",
+                            self._label(), _error_text(err), delay)
                 self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+                delay = min(delay * 2, BACKOFF_MAX)
 
     def _claim(self, slot: _Slot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
         """Claim one job (completing ``pending`` in the same statement when
@@ -541,6 +598,10 @@ class Worker:
             if rows:
                 slot.stats.claimed += 1
             return rows
+        except psycopg.Error as exc:
+            if is_fatal(exc):
+                raise _Fatal(exc) from exc
+            raise
         finally:
             with slot.lock:
                 if slot.state == "claiming":
@@ -581,6 +642,9 @@ class Worker:
             log.info("worker %s: job %d finished after it was released; outcome dropped",
                      self._label(), job.id)
             return False
+        if lost:   # the heartbeat said so; nothing to send
+            self._count(slot, "stale")
+            return False
         kind, value = outcome
         if kind == "ok":
             if (value is None and self.features is not None and self.features.claim_done
@@ -590,8 +654,7 @@ class Worker:
         elif kind == "retry":
             self._fail_now(slot, job, _error_text(value), value.after)
         else:
-            log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
-                     job.attempt, _error_text(value))
+            log_failure(self._label(), job, value)
             self._fail_now(slot, job, _error_text(value), None)
         return False
 
@@ -621,15 +684,16 @@ class Worker:
         except Exception as exc:
             if _sqlstate(exc) == STALE or slot.lost:
                 self._count(slot, "stale")
-                log.warning("worker %s: job %d: token is stale, its writes were rolled back (%s)",
-                            self._label(), job.id, _error_text(exc))
+                if not slot.lost:   # else the heartbeat said so
+                    log.warning("worker %s: job %d attempt %d: token is stale, its writes were "
+                                "rolled back (%s)", self._label(), job.id, job.attempt,
+                                _error_text(exc))
             elif self._abandoned(slot):
                 self._release_after_abandon(slot, job)
             elif conn.closed or conn.broken:   # the slot's connection is gone
                 raise
             else:
-                log.info("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
-                         job.attempt, _error_text(exc))
+                log_failure(self._label(), job, exc)
                 self._fail_now(slot, job, _error_text(exc), None)
         finally:
             job.conn = None
@@ -744,8 +808,9 @@ class Worker:
                     if _sqlstate(exc) == STALE:
                         with slot.lock:
                             slot.lost = True
-                        log.warning("worker %s: job %d lost its lease (%s)", self._label(),
-                                    job.id, exc.diag.message_primary)
+                        log.warning("worker %s: job %d attempt %d lost its lease (%s); its "
+                                    "outcome will be dropped", self._label(), job.id,
+                                    job.attempt, exc.diag.message_primary)
                     else:
                         log.debug("heartbeat of job %d: %s", job.id, exc)
                 except Exception as exc:  # never let the heartbeat thread die

@@ -1,4 +1,4 @@
-"""Fixtures: a server from PGCLAIM_TEST_DSN (directly or through a pooler in
+"""Fixtures: a server from PG_CLAIM_DSN (directly or through a pooler in
 transaction mode), one fresh queue per test, worker processes."""
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="session")
 def dsn() -> str:
-    value = os.environ.get("PGCLAIM_TEST_DSN")
+    value = os.environ.get("PG_CLAIM_DSN")
     if not value:
-        pytest.skip("PGCLAIM_TEST_DSN is not set: no server to test against")
+        pytest.skip("PG_CLAIM_DSN is not set: no server to test against")
     return value
 
 

@@ -1,28 +1,24 @@
-"""A small web dashboard for pg_claim: queues, dead items, claims, blocked
-groups, leases and schedules of one database, with redrive, cancel, pause
-and resume buttons for members of claim_admin.
+"""A small web dashboard for pg_claim: charts of queue depth and throughput
+over the last hour, queues, dead and finished items, claims, blocked groups,
+leases and schedules of one database, with redrive, cancel, pause and resume
+buttons for members of claim_admin. See ops/dashboard/README.md.
 
-Start it with one command (Debian: python3-psycopg; the standard library's
-http.server serves the page):
+    PG_CLAIM_DSN="dbname=app user=ops" python3 -m pg_claim_dashboard [--port 8080]
 
-    python3 -m pg_claim_dashboard --dsn "dbname=app user=ops" [--port 8080]
+from ops/dashboard (or with ops/dashboard on PYTHONPATH). Without
+PG_CLAIM_DSN or --dsn, libpq's PG* variables (PGHOST, PGDATABASE, ...) say
+where to connect. It listens on 127.0.0.1 unless --host says otherwise.
 
-from ops/dashboard (or with ops/dashboard on PYTHONPATH). It listens on
-127.0.0.1 unless --host says otherwise.
+Who may do what is decided by the database role it connects as, checked on
+every request: the page shows what that role may read (a section it may not
+read says so), and the buttons work only when the role is a member of
+claim_admin; otherwise they are not shown and a POST is refused with 403.
+Each action form carries a token made at start-up, so other web pages cannot
+post to it from a browser.
 
-Who may do what is decided by the database role of --dsn, checked on every
-request: the page shows what that role may read (a section it may not read
-says so), and the buttons work only when the role is a member of
-claim_admin (pg_has_role(current_user, 'claim_admin', 'USAGE')); otherwise
-they are not shown and a POST is refused with 403. The page itself has no
-login: anyone who reaches the port acts as that role, so keep it on
-localhost or behind an authenticating proxy, and give read-only viewers a
-DSN whose role is only in pg_monitor and claim_worker (or start it with
---no-actions). Each action form carries a token made at start-up, so other
-web pages cannot post to it from a browser.
-
-The actions go through the pg_claim Python client (clients/python) on the
-request's connection.
+The page never fails as a whole: each section is read on its own, a value
+the driver cannot convert is shown as the server's text, and a section that
+cannot be read says why while the others are shown.
 """
 from __future__ import annotations
 
@@ -33,14 +29,15 @@ import json
 import os
 import secrets
 import sys
-import threading
 import time
+import traceback
 import urllib.parse
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
+from psycopg.types.datetime import DateLoader, IntervalLoader, TimestampLoader, TimestamptzLoader
 
 try:  # the pg_claim client, installed or from the checkout
     import pg_claim
@@ -48,17 +45,41 @@ except ImportError:  # pragma: no cover - depends on the environment
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "clients", "python"))
     import pg_claim
 
+from .charts import COUNTERS, History, depth_series, rate_series, span_of, svg_chart
+
 __all__ = ["Dashboard", "main"]
 
 ROW_LIMIT = 200
-COUNTERS = ("enqueued", "claimed", "completed", "failed", "dead", "expired", "cancelled")
-RATES = ("enqueued", "claimed", "completed", "failed")
+RATES = ("enqueued", "completed", "failed")
 ACTIONS = ("redrive", "cancel", "pause", "resume")
+DEFAULT_REFRESH = 10
+
+
+class Unconverted(str):
+    """A value as the server wrote it, where Python has no equivalent
+    (an infinite timestamp, a date before year 1)."""
+
+
+def lenient(base: type) -> type:
+    class Lenient(base):  # type: ignore[misc, valid-type]
+        def load(self, data: Any) -> Any:
+            try:
+                return super().load(data)
+            except (psycopg.DataError, ValueError, OverflowError):
+                return Unconverted(bytes(data).decode("utf-8", "replace"))
+    Lenient.__name__ = f"Lenient{base.__name__}"
+    return Lenient
+
+
+LENIENT = {"timestamptz": lenient(TimestamptzLoader), "timestamp": lenient(TimestampLoader),
+           "date": lenient(DateLoader), "interval": lenient(IntervalLoader)}
 
 
 def esc(v: Any) -> str:
     if v is None:
         return ""
+    if isinstance(v, Unconverted):
+        return f'<span class="raw" title="shown as the server wrote it">{html.escape(str(v))}</span>'
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, _dt.datetime):
@@ -72,58 +93,61 @@ def esc(v: Any) -> str:
     return html.escape(str(v))
 
 
-class Sampler(threading.Thread):
-    """Reads the counters of claim.metrics() every `every` seconds and keeps
-    the last two samples, so the page shows rates (per second) at once."""
+def section(sid: str, title: str, content: str) -> str:
+    return f'<section id="{sid}"><h2>{esc(title)}</h2>{content}</section>'
 
-    def __init__(self, dsn: str, every: float) -> None:
-        super().__init__(daemon=True, name="pg_claim-dashboard-sampler")
-        self.dsn, self.every = dsn, every
-        self.lock = threading.Lock()
-        self.prev: Optional[Tuple[float, Dict[str, Dict[str, int]]]] = None
-        self.last: Optional[Tuple[float, Dict[str, Dict[str, int]]]] = None
-        self.stop = threading.Event()
 
-    def sample(self) -> None:
+def note(text: str, cls: str = "note") -> str:
+    return f'<p class="{cls}">{esc(text)}</p>'
+
+
+def table(head: Sequence[str], body: Sequence[str]) -> str:
+    if not body:
+        return note("none")
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def counted(title: str, rows: Sequence[Any]) -> str:
+    return f"{title} ({len(rows)}{'+' if len(rows) >= ROW_LIMIT else ''})"
+
+
+class View:
+    """What one request asks to see: the queue of the charts and the
+    finished items (None: all), and the auto-refresh period (0: paused)."""
+
+    def __init__(self, queue: Optional[str], refresh: int) -> None:
+        self.queue, self.refresh = queue or None, max(0, min(refresh, 3600))
+
+    @classmethod
+    def from_query(cls, qs: Dict[str, List[str]], default_refresh: int) -> "View":
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                rows = conn.execute("SELECT queue, " + ", ".join(COUNTERS) + " FROM claim.metrics()").fetchall()
-        except psycopg.Error:
-            return
-        now = time.monotonic()
-        data = {r[0]: dict(zip(COUNTERS, r[1:])) for r in rows}
-        with self.lock:
-            self.prev, self.last = self.last, (now, data)
+            refresh = int(qs.get("refresh", [str(default_refresh)])[0])
+        except ValueError:
+            refresh = default_refresh
+        return cls(qs.get("queue", [""])[0], refresh)
 
-    def rates(self) -> Dict[str, Dict[str, Optional[float]]]:
-        with self.lock:
-            prev, last = self.prev, self.last
-        if prev is None or last is None or last[0] <= prev[0]:
-            return {}
-        dt = last[0] - prev[0]
-        out: Dict[str, Dict[str, Optional[float]]] = {}
-        for q, c in last[1].items():
-            p = prev[1].get(q)
-            out[q] = {k: (None if p is None or c[k] is None or p[k] is None else max(0, c[k] - p[k]) / dt)
-                      for k in RATES}
-        return out
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.sample()
-            self.stop.wait(self.every)
+    def url(self, **changes: Any) -> str:
+        params = {"queue": self.queue or "", "refresh": self.refresh}
+        params.update(changes)
+        return "/?" + urllib.parse.urlencode({k: v for k, v in params.items() if v not in ("", None)})
 
 
 class Dashboard:
-    def __init__(self, dsn: str, *, actions: bool = True, sample_every: float = 5.0) -> None:
+    def __init__(self, dsn: str, *, actions: bool = True, sample_every: float = 5.0,
+                 refresh: int = DEFAULT_REFRESH) -> None:
         self.dsn = dsn
         self.actions = actions
+        self.refresh = refresh
         self.csrf = secrets.token_urlsafe(24)
-        self.sampler = Sampler(dsn, sample_every)
+        self.history = History(self.connect, sample_every)
 
     # -- data ----------------------------------------------------------------
     def connect(self) -> "psycopg.Connection[Any]":
-        return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        for name, loader in LENIENT.items():
+            conn.adapters.register_loader(name, loader)
+        return conn
 
     @staticmethod
     def is_admin(conn: "psycopg.Connection[Any]") -> bool:
@@ -149,119 +173,230 @@ class Dashboard:
             return [], [], "not available in this version of pg_claim"
 
     # -- page ----------------------------------------------------------------
-    def render(self, msg: str = "", err: str = "") -> str:
-        with self.connect() as conn:
-            who = conn.execute("SELECT current_user, current_database(), "
-                               "(SELECT extversion FROM pg_extension WHERE extname = 'pg_claim')").fetchone()
-            admin = self.actions and self.is_admin(conn)
-            parts = [self.header(who, admin, msg, err)]
-            parts.append(self.queues(conn, admin))
-            parts.append(self.dead(conn, admin))
-            parts.append(self.claims(conn, admin))
-            parts.append(self.simple(conn, "blocked-groups", "Blocked groups", "claim.blocked_groups",
-                                     "SELECT * FROM claim.blocked_groups ORDER BY 1, 2 LIMIT %s"))
-            parts.append(self.simple(conn, "leases", "Leases", "claim.leases",
-                                     "SELECT * FROM claim.leases ORDER BY 1, 2 LIMIT %s"))
-            parts.append(self.simple(conn, "schedules", "Schedules", "claim.schedules",
-                                     "SELECT * FROM claim.schedules ORDER BY 1 LIMIT %s"))
-        return PAGE.replace("{{body}}", "\n".join(parts))
+    def render(self, view: View, msg: str = "", err: str = "") -> Tuple[int, str]:
+        """(HTTP status, page). 503 only when the database cannot be reached;
+        then the page says so and refreshes itself."""
+        try:
+            conn = self.connect()
+        except psycopg.Error as exc:
+            body = self.header(("?", "?", "?"), False, view, msg, err) + \
+                note(f"database unreachable: {str(exc).strip()}", "err")
+            return HTTPStatus.SERVICE_UNAVAILABLE, self.page(view, body)
+        with conn:
+            try:
+                who = conn.execute("SELECT current_user, current_database(), "
+                                   "(SELECT extversion FROM pg_extension WHERE extname = 'pg_claim')").fetchone()
+                admin = self.actions and self.is_admin(conn)
+            except psycopg.Error as exc:
+                who, admin = ("?", "?", "?"), False
+                err = (err + "; " if err else "") + f"could not read the role: {str(exc).strip()}"
+            parts = [self.header(who, admin, view, msg, err)]
+            sections: List[Tuple[str, str, Callable[[], str]]] = [
+                ("charts", "Last hour", lambda: self.charts(view)),
+                ("queues", "Queues", lambda: self.queues(conn, admin, view)),
+                ("dead", "Dead items", lambda: self.dead(conn, admin, view)),
+                ("claims", "Claims", lambda: self.claims(conn, admin, view)),
+                ("finished", "Finished items", lambda: self.finished(conn, view)),
+                ("blocked-groups", "Blocked groups", lambda: self.simple(
+                    conn, "blocked-groups", "Blocked groups", "claim.blocked_groups",
+                    "SELECT * FROM claim.blocked_groups ORDER BY 1, 2 LIMIT %s")),
+                ("leases", "Leases", lambda: self.simple(
+                    conn, "leases", "Leases", "claim.leases", "SELECT * FROM claim.leases ORDER BY 1, 2 LIMIT %s")),
+                ("schedules", "Schedules", lambda: self.simple(
+                    conn, "schedules", "Schedules", "claim.schedules", "SELECT * FROM claim.schedules ORDER BY 1 LIMIT %s")),
+            ]
+            for sid, title, build in sections:
+                parts.append(self.guarded(sid, title, build))
+        return HTTPStatus.OK, self.page(view, "\n".join(parts))
 
-    def header(self, who: tuple, admin: bool, msg: str, err: str) -> str:
+    @staticmethod
+    def guarded(sid: str, title: str, build: Callable[[], str]) -> str:
+        """One section, or a note saying why it could not be shown."""
+        try:
+            return build()
+        except psycopg.Error as exc:
+            why = str(exc).strip() or type(exc).__name__
+        except Exception as exc:  # a value the page could not show: the rest stays
+            traceback.print_exc(file=sys.stderr)
+            why = f"{type(exc).__name__}: {exc}"
+        return f'<section id="{sid}" class="failed"><h2>{esc(title)}</h2>' + \
+            note(f"could not show this section: {why}", "err section-error") + "</section>"
+
+    def page(self, view: View, body: str) -> str:
+        meta = (f'<meta http-equiv="refresh" content="{view.refresh}; url={html.escape(view.url())}">'
+                if view.refresh else "")
+        return PAGE.replace("{{meta}}", meta).replace("{{body}}", body)
+
+    def header(self, who: tuple, admin: bool, view: View, msg: str, err: str) -> str:
         role = "claim_admin: actions enabled" if admin else "read only"
+        if view.refresh:
+            auto = (f'<span id="refresh-state">auto-refresh every {view.refresh} s</span> · '
+                    f'<a id="refresh-toggle" href="{esc(view.url(refresh=0))}">pause</a>')
+        else:
+            auto = (f'<span id="refresh-state">auto-refresh paused</span> · '
+                    f'<a id="refresh-toggle" href="{esc(view.url(refresh=self.refresh or DEFAULT_REFRESH))}">resume</a>')
+        stamp = _dt.datetime.now().astimezone().isoformat(sep=" ", timespec="milliseconds")
         out = [f'<header><h1>pg_claim</h1><p>database <b>{esc(who[1])}</b> as <b id="role">{esc(who[0])}</b>'
-               f' · pg_claim {esc(who[2])} · <span id="mode">{role}</span>'
-               f' · <a href="/">refresh</a></p></header>']
+               f' · pg_claim {esc(who[2])} · <span id="mode">{role}</span></p>'
+               f'<p>{auto} · <a href="{esc(view.url())}">refresh now</a> · '
+               f'shown at <span id="rendered">{esc(stamp)}</span></p></header>']
         if msg:
             out.append(f'<p class="msg" id="msg">{esc(msg)}</p>')
         if err:
             out.append(f'<p class="err" id="err">{esc(err)}</p>')
         return "\n".join(out)
 
-    def button(self, action: str, queue: str, item: Optional[int] = None, label: Optional[str] = None) -> str:
+    def button(self, action: str, queue: str, view: View, item: Optional[int] = None,
+               label: Optional[str] = None) -> str:
         hid = f'<input type="hidden" name="id" value="{item}">' if item is not None else ""
         tid = f"{action}-{queue}" + (f"-{item}" if item is not None else "")
         return (f'<form method="post" action="/action" class="inline">'
                 f'<input type="hidden" name="csrf" value="{self.csrf}">'
                 f'<input type="hidden" name="action" value="{action}">'
                 f'<input type="hidden" name="queue" value="{esc(queue)}">{hid}'
+                f'<input type="hidden" name="back" value="{esc(view.url())}">'
                 f'<button type="submit" data-testid="{esc(tid)}">{esc(label or action)}</button></form>')
 
-    def queues(self, conn: "psycopg.Connection[Any]", admin: bool) -> str:
+    def charts(self, view: View) -> str:
+        samples = self.history.snapshot()
+        now = time.time()
+        queues = sorted(samples[-1][1]) if samples else []
+        links = [f'<a href="{esc(view.url(queue=""))}"{" class=current" if view.queue is None else ""}>all queues</a>']
+        links += [f'<a href="{esc(view.url(queue=q))}"{" class=current" if view.queue == q else ""}>{esc(q)}</a>'
+                  for q in queues]
+        span = span_of(samples, now)
+        since = ""
+        if samples and samples[0][0] > now - 3500:
+            since = f" (sampled since {_dt.datetime.fromtimestamp(samples[0][0]).strftime('%H:%M:%S')}, when the dashboard started)"
+        empty = f"no samples yet: the dashboard samples every {self.history.every:g} s from its start"
+        which = view.queue or "all queues"
+        parts = [f'<p class="chart-nav">{" · ".join(links)}</p>',
+                 '<div class="charts">',
+                 svg_chart("chart-depth", f"Queue depth, {which}: items", depth_series(samples, view.queue), now, span, empty)]
+        if self.history.counters:
+            parts.append(svg_chart("chart-throughput", f"Throughput, {which}: items per second",
+                                   rate_series(samples, view.queue), now, span, empty))
+        else:
+            parts.append(note("throughput needs claim.metrics(), which this role may not call (pg_monitor or claim_admin may)"))
+        parts.append("</div>")
+        if self.history.error:
+            parts.append(note(f"the last sample failed: {self.history.error}", "err"))
+        return section("charts", f"Last hour{since}", "".join(parts))
+
+    def queues(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
         cols, rows, refusal = self.query(conn, "SELECT * FROM claim.metrics()")
         if refusal:
             cols, rows, refusal2 = self.query(conn, "SELECT * FROM claim.queue_stats ORDER BY queue")
             refusal = refusal2 and f"{refusal}; {refusal2}"
+            cols = [{"claimed": "in_flight", "dead": "dead_items"}.get(c, c) for c in cols]
         if refusal:
-            return section("queues", "Queues", f'<p class="note">{esc(refusal)}</p>')
-        rates = self.sampler.rates()
-        gauges = [c for c in ("ready", "scheduled", "in_flight", "claimed", "waiting", "dead_items", "dead",
-                              "oldest_ready_age", "paused", "waiters") if c in cols and
-                  not (c in ("claimed", "dead") and "in_flight" in cols)]
-        counters = [c for c in COUNTERS if c in cols and "in_flight" in cols]
-        head = ["queue"] + gauges + [f"{c} (total)" for c in counters] + [f"{c}/s" for c in RATES if counters]
-        if admin:
-            head.append("actions")
-        body = []
+            return section("queues", "Queues", note(refusal))
+        rates = self.history.rates()
+        gauges = [c for c in ("ready", "scheduled", "in_flight", "waiting", "dead_items", "oldest_ready_age", "paused")
+                  if c in cols]
+        labels = {"in_flight": "in flight", "dead_items": "dead", "oldest_ready_age": "oldest ready"}
+        counters = [c for c in COUNTERS if c in cols]
+        head = ["queue"] + (["actions"] if admin else []) + [labels.get(c, c) for c in gauges] + \
+               ([f"{c}/s" for c in RATES] if counters else [])
+        body, totals = [], []
         for r in rows:
             d = dict(zip(cols, r))
             q = d["queue"]
-            cells = [f'<td data-col="queue">{esc(q)}</td>']
+            cells = [f'<td data-col="queue"><a href="{esc(view.url(queue=q))}">{esc(q)}</a></td>']
+            if admin:
+                paused = bool(d.get("paused"))
+                act = self.button("resume" if paused else "pause", q, view)
+                if d.get("dead_items"):
+                    act += self.button("redrive", q, view, None, "redrive all")
+                cells.append(f'<td class="actions">{act}</td>')
             cells += [f'<td data-col="{c}">{esc(d[c])}</td>' for c in gauges]
-            cells += [f'<td data-col="{c}_total">{esc(d[c])}</td>' for c in counters]
             if counters:
                 qr = rates.get(q, {})
                 cells += [f'<td data-col="{c}_rate">{"" if qr.get(c) is None else f"{qr[c]:.1f}"}</td>'
                           for c in RATES]
-            if admin:
-                paused = bool(d.get("paused"))
-                act = self.button("resume" if paused else "pause", q)
-                if d.get("dead_items", d.get("dead")):
-                    act += self.button("redrive", q, None, "redrive all")
-                cells.append(f"<td>{act}</td>")
+                totals.append(f'<tr data-queue="{esc(q)}"><td>{esc(q)}</td>' +
+                              "".join(f'<td data-col="{c}_total">{esc(d[c])}</td>' for c in counters) +
+                              (f'<td data-col="waiters">{esc(d["waiters"])}</td>' if "waiters" in cols else "") +
+                              "</tr>")
             body.append(f'<tr data-queue="{esc(q)}">' + "".join(cells) + "</tr>")
-        return section("queues", f"Queues ({len(rows)})", table(head, body))
+        out = table(head, body)
+        if totals:
+            out += ('<details id="counters"><summary>Counters since the server started</summary>' +
+                    table(["queue"] + list(counters) + (["waiters"] if "waiters" in cols else []), totals) +
+                    "</details>")
+        return section("queues", f"Queues ({len(rows)})", out)
 
-    def dead(self, conn: "psycopg.Connection[Any]", admin: bool) -> str:
+    def dead(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
         cols, rows, refusal = self.query(
             conn, "SELECT queue, id, attempts, last_error, died_at, payload FROM claim.dead_items "
                   "ORDER BY died_at DESC, id LIMIT %s", (ROW_LIMIT,))
         if refusal:
-            return section("dead", "Dead items", f'<p class="note">{esc(refusal)}</p>')
-        head = ["queue", "id", "attempts", "last error", "died at", "payload"] + (["actions"] if admin else [])
+            return section("dead", "Dead items", note(refusal))
+        head = ["queue", "id"] + (["actions"] if admin else []) + ["attempts", "last error", "died at", "payload"]
         body = []
         for q, i, attempts, error, died, payload in rows:
-            act = f"<td>{self.button('redrive', q, i)}{self.button('cancel', q, i)}</td>" if admin else ""
-            body.append(f'<tr data-queue="{esc(q)}" data-id="{i}"><td>{esc(q)}</td><td>{i}</td><td>{attempts}</td>'
-                        f'<td class="error">{esc(error)}</td><td>{esc(died)}</td><td class="payload">{esc(payload)}</td>'
-                        f"{act}</tr>")
-        return section("dead", f"Dead items ({len(rows)}{'+' if len(rows) == ROW_LIMIT else ''})", table(head, body))
+            act = (f'<td class="actions">{self.button("redrive", q, view, i)}{self.button("cancel", q, view, i)}</td>'
+                   if admin else "")
+            body.append(f'<tr data-queue="{esc(q)}" data-id="{i}"><td>{esc(q)}</td><td>{i}</td>{act}<td>{attempts}</td>'
+                        f'<td class="error">{esc(error)}</td><td>{esc(died)}</td><td class="payload">{esc(payload)}</td></tr>')
+        return section("dead", counted("Dead items", rows), table(head, body))
 
-    def claims(self, conn: "psycopg.Connection[Any]", admin: bool) -> str:
+    def claims(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
         cols, rows, refusal = self.query(
             conn, "SELECT queue, id, token, attempt, worker, claimed_at, lease_until, live "
                   "FROM claim.claimed_items ORDER BY lease_until, id LIMIT %s", (ROW_LIMIT,))
         if refusal:
-            return section("claims", "Claims", f'<p class="note">{esc(refusal)}</p>')
-        head = ["queue", "id", "token", "attempt", "worker", "claimed at", "lease until", "live"] + \
-               (["actions"] if admin else [])
+            return section("claims", "Claims", note(refusal))
+        head = ["queue", "id"] + (["actions"] if admin else []) + \
+               ["token", "attempt", "worker", "claimed at", "lease until", "live"]
         body = []
         for q, i, token, attempt, worker, claimed, until, live in rows:
-            act = f"<td>{self.button('cancel', q, i)}</td>" if admin else ""
-            body.append(f'<tr data-queue="{esc(q)}" data-id="{i}"><td>{esc(q)}</td><td>{i}</td><td>{token}</td>'
+            act = f'<td class="actions">{self.button("cancel", q, view, i)}</td>' if admin else ""
+            body.append(f'<tr data-queue="{esc(q)}" data-id="{i}"><td>{esc(q)}</td><td>{i}</td>{act}<td>{token}</td>'
                         f'<td>{attempt}</td><td>{esc(worker)}</td><td>{esc(claimed)}</td><td>{esc(until)}</td>'
-                        f'<td>{"yes" if live else "expired"}</td>{act}</tr>')
-        return section("claims", f"Claims ({len(rows)}{'+' if len(rows) == ROW_LIMIT else ''})", table(head, body))
+                        f'<td>{"yes" if live else "expired"}</td></tr>')
+        return section("claims", counted("Claims", rows), table(head, body))
+
+    def finished(self, conn: "psycopg.Connection[Any]", view: View) -> str:
+        if not self.exists(conn, "claim.finished_items"):
+            return section("finished", "Finished items", note("not available in this version of pg_claim"))
+        where, params = ("WHERE queue = %s ", [view.queue]) if view.queue else ("", [])
+        cols, rows, refusal = self.query(
+            conn, "SELECT queue, id, state, attempts, finished_at, result, error, payload "
+                  f"FROM claim.finished_items {where}ORDER BY finished_at DESC, id DESC LIMIT %s",
+            params + [ROW_LIMIT])
+        title = "Finished items" + (f" of {view.queue}" if view.queue else "")
+        if refusal:
+            return section("finished", title, note(refusal))
+        body = [f'<tr data-queue="{esc(q)}" data-id="{i}" data-state="{esc(st)}"><td>{esc(q)}</td><td>{i}</td>'
+                f'<td>{esc(st)}</td><td>{esc(att)}</td><td>{esc(fin)}</td><td class="result">{esc(res)}</td>'
+                f'<td class="error">{esc(error)}</td><td class="payload">{esc(payload)}</td></tr>'
+                for q, i, st, att, fin, res, error, payload in rows]
+        return section("finished", counted(title, rows),
+                       note("completed and cancelled items while their queue retains them (retain), and dead items")
+                       + table(["queue", "id", "state", "attempts", "finished at", "result", "error", "payload"], body))
 
     def simple(self, conn: "psycopg.Connection[Any]", sid: str, title: str, rel: str, sql: str) -> str:
         if not self.exists(conn, rel):
-            return section(sid, title, '<p class="note">not available in this version of pg_claim</p>')
+            return section(sid, title, note("not available in this version of pg_claim"))
         cols, rows, refusal = self.query(conn, sql, (ROW_LIMIT,))
         if refusal:
-            return section(sid, title, f'<p class="note">{esc(refusal)}</p>')
+            return section(sid, title, note(refusal))
         body = ["<tr>" + "".join(f"<td>{esc(v)}</td>" for v in r) + "</tr>" for r in rows]
-        return section(sid, f"{title} ({len(rows)})", table(cols, body))
+        return section(sid, counted(title, rows), table(cols, body))
 
     # -- actions -------------------------------------------------------------
+    @staticmethod
+    def cancel(conn: "psycopg.Connection[Any]", queue: str, ident: int) -> int:
+        """claim.cancel of one item, in the form this database's pg_claim has:
+        cancel(queue, id) with cancel_many for arrays, or cancel(queue, ids[])."""
+        one = conn.execute("SELECT pg_catalog.to_regprocedure('claim.cancel(text, bigint)') IS NOT NULL").fetchone()
+        if one and one[0]:
+            row = conn.execute("SELECT claim.cancel(%s::text, %s::bigint)", (queue, ident)).fetchone()
+        else:
+            row = conn.execute("SELECT claim.cancel(%s::text, %s::bigint[])", (queue, [ident])).fetchone()
+        return int(row[0] or 0) if row else 0
+
     def act(self, form: Dict[str, str]) -> Tuple[int, str]:
         """Runs one button's action; (HTTP status, message)."""
         if not self.actions:
@@ -288,7 +423,7 @@ class Dashboard:
                 if action == "cancel":
                     if ident is None:
                         return HTTPStatus.BAD_REQUEST, "cancel needs an item id"
-                    n = client.cancel(queue, [ident])
+                    n = self.cancel(conn, queue, ident)
                     return HTTPStatus.OK, f"cancel {queue} #{ident}: {n} item(s) cancelled"
                 if action == "pause":
                     client.pause(queue)
@@ -299,27 +434,27 @@ class Dashboard:
                 return HTTPStatus.CONFLICT, f"{action} {queue}: {exc}"
 
 
-def section(sid: str, title: str, content: str) -> str:
-    return f'<section id="{sid}"><h2>{esc(title)}</h2>{content}</section>'
-
-
-def table(head: Sequence[str], body: Sequence[str]) -> str:
-    if not body:
-        return '<p class="note">none</p>'
-    th = "".join(f"<th>{esc(h)}</th>" for h in head)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>pg_claim</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
+{{meta}}
 <style>
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { margin: 0 0 .2em; font-size: 1.5em; } h2 { font-size: 1.15em; margin: 1.4em 0 .4em; }
-table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .25em .5em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } td.error { color: #a00; } td.payload { font-family: monospace; font-size: 12px; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1em 1.5em; color: #222; }
+h1 { margin: 0 0 .2em; font-size: 1.5em; } h2 { font-size: 1.15em; margin: 1.2em 0 .4em; }
+header p { margin: .2em 0; }
+.scroll { max-width: 100%; overflow-x: auto; }
+table { border-collapse: collapse; } th, td { border: 1px solid #ccc; padding: .2em .45em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; white-space: nowrap; } td.error { color: #a00; max-width: 24em; overflow-wrap: anywhere; }
+td.payload, td.result { font-family: monospace; font-size: 12px; max-width: 26em; overflow-wrap: anywhere; }
+td.actions { white-space: nowrap; }
 form.inline { display: inline; margin-right: .3em; } button { cursor: pointer; }
 .msg { background: #e8f5e9; padding: .4em; } .err { background: #fdecea; padding: .4em; } .note { color: #777; }
+.raw { color: #a60; }
+.charts { display: flex; flex-wrap: wrap; gap: 1em; }
+figure.chart { margin: 0; } figcaption { font-weight: 600; margin-bottom: .2em; }
+.legend .key { margin-right: 1em; white-space: nowrap; } .legend svg { vertical-align: -1px; }
+.chart-nav a.current { font-weight: 700; text-decoration: none; color: #222; }
+details summary { cursor: pointer; margin: .5em 0; }
 </style></head><body>
 {{body}}
 </body></html>
@@ -354,10 +489,9 @@ def make_handler(dash: Dashboard) -> type:
                 self.send(404, "not found\n", "text/plain")
                 return
             qs = urllib.parse.parse_qs(url.query)
-            try:
-                self.send(200, dash.render(qs.get("msg", [""])[0], qs.get("err", [""])[0]))
-            except psycopg.Error as exc:
-                self.send(503, f"database error: {html.escape(str(exc))}\n", "text/plain")
+            view = View.from_query(qs, dash.refresh)
+            status, page = dash.render(view, qs.get("msg", [""])[0], qs.get("err", [""])[0])
+            self.send(int(status), page)
 
         def do_POST(self) -> None:
             if urllib.parse.urlsplit(self.path).path != "/action":
@@ -370,9 +504,12 @@ def make_handler(dash: Dashboard) -> type:
             except psycopg.Error as exc:
                 status, message = HTTPStatus.SERVICE_UNAVAILABLE, f"database error: {exc}"
             if status == HTTPStatus.OK or status == HTTPStatus.CONFLICT:
+                back = urllib.parse.urlsplit(form.get("back", "/"))
+                qs = urllib.parse.parse_qs(back.query) if back.path == "/" and not back.netloc else {}
+                view = View.from_query(qs, dash.refresh)
                 key = "msg" if status == HTTPStatus.OK else "err"
                 self.send_response(303)
-                self.send_header("Location", "/?" + urllib.parse.urlencode({key: message}))
+                self.send_header("Location", view.url(**{key: message}))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -385,16 +522,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m pg_claim_dashboard",
                                  description="Web dashboard of pg_claim (one database).")
     ap.add_argument("--dsn", default=os.environ.get("PG_CLAIM_DSN", ""),
-                    help="libpq connection string or URI (default: $PG_CLAIM_DSN, then the PG* variables)")
+                    help="libpq connection string or URI (default: $PG_CLAIM_DSN, then libpq's PG* variables)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    ap.add_argument("--sample", type=float, default=5.0, help="seconds between counter samples for rates (default 5)")
+    ap.add_argument("--sample", type=float, default=5.0,
+                    help="seconds between samples of the queues for the charts and rates (default 5)")
+    ap.add_argument("--refresh", type=int, default=DEFAULT_REFRESH,
+                    help=f"seconds between automatic refreshes of the page (default {DEFAULT_REFRESH}; 0: off)")
     ap.add_argument("--no-actions", action="store_true", help="no buttons, whatever the role")
     args = ap.parse_args(argv)
-    dash = Dashboard(args.dsn, actions=not args.no_actions, sample_every=args.sample)
-    with dash.connect() as conn:  # fail early on a bad DSN
-        conn.execute("SELECT 1")
-    dash.sampler.start()
+    if args.sample <= 0:
+        ap.error("--sample must be greater than 0")
+    dash = Dashboard(args.dsn, actions=not args.no_actions, sample_every=args.sample, refresh=max(0, args.refresh))
+    try:
+        with dash.connect() as conn:  # fail early on a bad DSN
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        print(f"pg_claim dashboard: cannot connect: {str(exc).strip()}", file=sys.stderr)
+        return 2
+    dash.history.start()
     httpd = ThreadingHTTPServer((args.host, args.port), make_handler(dash))
     print(f"pg_claim dashboard on http://{args.host}:{httpd.server_address[1]}/", flush=True)
     try:
@@ -402,6 +548,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        dash.sampler.stop.set()
+        dash.history.stop.set()
         httpd.server_close()
     return 0
