@@ -1,12 +1,15 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
 #include "pg/xact_locks.hpp"
+#include "pg/compat.hpp"
 
 #include <cstdarg>
 #include <cstring>
 
 extern "C" {
+#include "catalog/pg_authid.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
 #include "lib/stringinfo.h"
 #include "utils/memutils.h"
 #include "access/relation.h"
@@ -180,6 +183,26 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
     return isnull ? if_null : DatumGetInt32(d);
+}
+
+bool may_take_over_database(Oid db, bool as_template) {
+    Oid me = GetUserId();
+    if (superuser_arg(me)) return true;
+    if (!as_template) return compat::owns_database(db, me);
+    bool createdb = false;
+    HeapTuple t = SearchSysCache1(AUTHOID, ObjectIdGetDatum(me));
+    if (HeapTupleIsValid(t)) {
+        createdb = ((Form_pg_authid)GETSTRUCT(t))->rolcreatedb;
+        ReleaseSysCache(t);
+    }
+    if (!createdb) return false;
+    bool is_template = false;
+    t = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(db));
+    if (HeapTupleIsValid(t)) {
+        is_template = ((Form_pg_database)GETSTRUCT(t))->datistemplate;
+        ReleaseSysCache(t);
+    }
+    return is_template || compat::owns_database(db, me);
 }
 
 bool lock_item(int64_t item_id, bool wait) {

@@ -25,7 +25,7 @@ $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('big', lease => '1 hour');
-	SELECT claim.enqueue_batch('big', array_agg(jsonb_build_object('n', g))) FROM generate_series(1, 2000) g;
+	SELECT claim.enqueue_many('big', array_agg(jsonb_build_object('n', g))) FROM generate_series(1, 2000) g;
 	SELECT claim.create_queue('p', lease => '1 hour');
 	SELECT claim.enqueue('p', jsonb_build_object('n', g)) FROM generate_series(1, 2) g;
 });
