@@ -252,6 +252,16 @@ GRANT SELECT ON claim.schedules TO claim_admin;
 -- Claim core and transaction edges
 -- ===========================================================================
 
+-- The lock table in shared memory that holds claimed, completed and asserted
+-- items and lease slots until their transactions end (docs/claim-core.md).
+CREATE FUNCTION claim.lock_table(OUT held bigint, OUT in_use bigint, OUT capacity bigint)
+RETURNS record
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_lock_table';
+COMMENT ON FUNCTION claim.lock_table() IS
+    'held: items and lease slots this transaction holds locked; in_use and capacity: the whole lock table (NULL without the preload)';
+
 -- ===========================================================================
 -- Backup and restore: what pg_dump keeps
 -- (kept last, so it also covers the tables this script creates above)

@@ -2,6 +2,9 @@
 // the GUCs. The only file that knows every layer (see README, "Layout").
 #include "api/partition.hpp"
 #include "pg/pg.hpp"
+#include "pg/xact_locks.hpp"
+#include "shmem/claim_slots.hpp"
+#include "shmem/lease_grants.hpp"
 #include "shmem/shared.hpp"
 #include "worker/worker.hpp"
 
@@ -43,6 +46,28 @@ void define_gucs() {
         "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",
         "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,
         true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_xact_locks",
+        "How many items and lease slots open transactions may hold locked at once, in all "
+        "databases together.",
+        "Each claimed item, completed or asserted token's item and acquired lease slot holds one "
+        "until its transaction ends. A transaction that would exceed it fails with 53400.",
+        &pgclaim::pg::guc_max_xact_locks, 65536, 1024, 64 * 1024 * 1024, PGC_POSTMASTER, 0,
+        nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_claim_slots",
+        "How many queues with max_active may have claims in flight at once, in all databases "
+        "together.",
+        "A claim under max_active is counted in shared memory until its transaction ends. A "
+        "claim that would need one more entry fails with 53400.",
+        &guc_max_claim_slots, 1024, 64, 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_lease_grants",
+        "How many lease names may have grants in flight at once, in all databases together.",
+        "lease_acquire announces its grant in shared memory until its transaction ends. An "
+        "acquire that would need one more entry fails with 53400.",
+        &guc_max_lease_grants, 1024, 64, 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
+        nullptr);
     DefineCustomIntVariable(
         "pg_claim.partition", "The partition number of this database in a pg_claim cluster.",
         "Every token handed out carries it in its high bits, so a front (pg_claim_proxy) routes "

@@ -24,6 +24,7 @@
 #include "pg/lineage.hpp"
 #include "shmem/claim_slots.hpp"
 #include "shmem/rates.hpp"
+#include "shmem/drops.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -391,18 +392,35 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     if (lease_us < 0) lease_us = q.lease_us;
     api::before_tokens();
     TimestampTz deadline = pg::clock_now() + wait_us;
+    uint64 drops = shmem::queue_drops();
     for (;;) {
         // A paused queue hands out nothing; its resume wakes the waiters.
         if (q.paused) q = api::lookup_queue(name);
         TimestampTz retry_at = 0;
-        if (!q.paused && claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null,
-                                     rsinfo, &retry_at) > 0)
-            break;
+        int claimed = 0;
+        if (!q.paused) {
+            // Each round in its own SPI connection: what it allocates (result
+            // sets, candidate arrays, the group set) goes when it ends, so a
+            // long wait does not grow.
+            SPI_connect();
+            claimed = claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null,
+                                  rsinfo, &retry_at);
+            SPI_finish();
+        }
+        if (claimed > 0) break;
         // A rate that turned this call away lets it in at retry_at; at a
         // concurrency limit the call also looks again every second.
         if (retry_at == 0 && (q.max_active > 0 || q.group_limit > 1))
             retry_at = pg::clock_now() + kLimitRecheckUs;
         if (!api::wait_for_items(q.queue_id, deadline, retry_at)) break;
+        // A queue being dropped (drop_queue waits for this transaction and
+        // wakes it): the call ends with the unknown-queue error. A queue
+        // dropped meanwhile is looked up again, which raises when it is gone.
+        if (shmem::drop_pending(direct::items_relid(), q.queue_id)) api::unknown_queue(name);
+        if (shmem::queue_drops() != drops) {
+            drops = shmem::queue_drops();
+            q = api::lookup_queue(name);
+        }
     }
     SPI_finish();
     return (Datum)0;

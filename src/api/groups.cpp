@@ -24,6 +24,7 @@
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
+#include "shmem/drops.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -305,11 +306,28 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
     a.worker = a.worker_null ? (Datum)0 : PG_GETARG_DATUM(4);
     a.rsinfo = rsinfo;
     TimestampTz deadline = pg::clock_now() + wait_us;
+    uint64 drops = shmem::queue_drops();
     for (;;) {
         // A paused queue hands out nothing; its resume wakes the waiters.
         if (q.paused) q = api::lookup_queue(name);
-        if (!q.paused && group_round(a, lease_us, named, gkey) > 0) break;
+        int claimed = 0;
+        if (!q.paused) {
+            // Each round in its own SPI connection, so a long wait does not
+            // grow (see claim_next).
+            SPI_connect();
+            claimed = group_round(a, lease_us, named, gkey);
+            SPI_finish();
+        }
+        if (claimed > 0) break;
         if (!api::wait_for_items(q.queue_id, deadline)) break;
+        // A queue being dropped (drop_queue waits for this transaction and
+        // wakes it): the call ends with the unknown-queue error. A queue
+        // dropped meanwhile is looked up again, which raises when it is gone.
+        if (shmem::drop_pending(direct::items_relid(), q.queue_id)) api::unknown_queue(name);
+        if (shmem::queue_drops() != drops) {
+            drops = shmem::queue_drops();
+            q = api::lookup_queue(name);
+        }
     }
     SPI_finish();
     return (Datum)0;

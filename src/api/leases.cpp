@@ -244,6 +244,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
                 expired[rows[r].slot] = rows[r].expires_at != DT_NOBEGIN;  // -infinity: released
             }
         }
+        pg::free_result();  // copied out: a long wait must not keep every round's rows
         int32 nfree = 0;
         int64 next_expiry = 0;
         pg::call_core([&] {
@@ -274,6 +275,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
                 granted = true;
                 break;  // the lock stays until the transaction ends
             }
+            pg::free_result();
             pg::unlock_lease(key);  // granted by someone else since we looked
             busy = true;
         }

@@ -6,6 +6,7 @@
 #include "api/shared.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/drops.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -146,6 +147,12 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::require_arg(fcinfo, 0, "queue");
     pg::require_primary("claim.drop_queue");
     char *name = pg::arg_cstring(fcinfo, 0);
+    // The lock below waits for every open transaction that claimed, also
+    // claimers waiting on this queue: they are told first, and end.
+    SPI_connect();
+    int32 announced = api::lookup_queue(name).queue_id;
+    SPI_finish();
+    shmem::drop_announce(pg::direct::items_relid(), announced);
     pg::direct::lock_items(true);
     // Producers' cached queue ids are void from now on (they check after
     // taking the lock this one excludes).
@@ -170,6 +177,8 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     pg::run(s_drop_items, v2, nullptr);
     pg::run(s_drop_claims, v2, nullptr);
     SPI_finish();
+    // Claimers waiting on the queue wake at our commit and find it gone.
+    shmem::notify_ready(shmem::WaitKind::Queue, DatumGetInt32(qid), PG_INT32_MAX);
     api::forget_hints(DatumGetInt32(qid));
     api::forget_queues();
     shmem::metrics_forget(DatumGetInt32(qid));
@@ -216,8 +225,9 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
                             false};
         int n;
         int64 *ids = api::enqueue_after(items, parents, nparents, &n);
+        int64 id = ids[0];  // ids lives in SPI memory, gone after SPI_finish
         SPI_finish();
-        PG_RETURN_INT64(ids[0]);
+        PG_RETURN_INT64(id);
     }
 
     if (PG_ARGISNULL(5)) {

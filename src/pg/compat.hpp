@@ -8,6 +8,8 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "catalog/pg_database.h"
+#include "utils/acl.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 }
@@ -33,6 +35,16 @@ inline IndexScanDesc begin_index_scan(Relation heap, Relation index, Snapshot sn
     return index_beginscan(heap, index, snapshot, nullptr, nkeys, 0);
 #else
     return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+// Does `role` own the database? 16 replaced the per-catalog owner checks
+// with object_ownercheck.
+inline bool owns_database(Oid db, Oid role) {
+#if PG_VERSION_NUM >= 160000
+    return object_ownercheck(DatabaseRelationId, db, role);
+#else
+    return pg_database_ownercheck(db, role);
 #endif
 }
 

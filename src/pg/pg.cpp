@@ -1,11 +1,15 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
+#include "pg/xact_locks.hpp"
+#include "pg/compat.hpp"
 
 #include <cstdarg>
 #include <cstring>
 
 extern "C" {
+#include "catalog/pg_authid.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
 #include "lib/stringinfo.h"
 #include "utils/memutils.h"
 #include "access/relation.h"
@@ -21,10 +25,6 @@ extern "C" {
 namespace pgclaim::pg {
 
 namespace {
-// field4 values of our advisory-lock space (pg_advisory_* uses 1 and 2).
-constexpr uint16 kLockItem = 0x5043;   // "PC"
-constexpr uint16 kLockLease = 0x5046;
-
 // A copy of `src` in the current memory context; NULL when out of memory
 // (never raises: called in catch scopes).
 const char *copy(const char *src) noexcept {
@@ -185,31 +185,35 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
     return isnull ? if_null : DatumGetInt32(d);
 }
 
+bool may_take_over_database(Oid db, bool as_template) {
+    Oid me = GetUserId();
+    if (superuser_arg(me)) return true;
+    if (!as_template) return compat::owns_database(db, me);
+    bool createdb = false;
+    HeapTuple t = SearchSysCache1(AUTHOID, ObjectIdGetDatum(me));
+    if (HeapTupleIsValid(t)) {
+        createdb = ((Form_pg_authid)GETSTRUCT(t))->rolcreatedb;
+        ReleaseSysCache(t);
+    }
+    if (!createdb) return false;
+    bool is_template = false;
+    t = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(db));
+    if (HeapTupleIsValid(t)) {
+        is_template = ((Form_pg_database)GETSTRUCT(t))->datistemplate;
+        ReleaseSysCache(t);
+    }
+    return is_template || compat::owns_database(db, me);
+}
+
 bool lock_item(int64_t item_id, bool wait) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)item_id >> 32), (uint32)item_id,
-                         kLockItem);
-    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+    return xact_lock(LockSpace::Item, (uint64)item_id, wait);
 }
 
-void unlock_item(int64_t item_id) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)item_id >> 32), (uint32)item_id,
-                         kLockItem);
-    (void)LockRelease(&tag, ExclusiveLock, false);
-}
+void unlock_item(int64_t item_id) { xact_unlock(LockSpace::Item, (uint64)item_id); }
 
-bool lock_lease(uint64 key, bool wait) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
-}
+bool lock_lease(uint64 key, bool wait) { return xact_lock(LockSpace::LeaseSlot, key, wait); }
 
-void unlock_lease(uint64 key) {
-    LOCKTAG tag;
-    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)(key >> 32), (uint32)key, kLockLease);
-    (void)LockRelease(&tag, ExclusiveLock, false);
-}
+void unlock_lease(uint64 key) { xact_unlock(LockSpace::LeaseSlot, key); }
 
 namespace {
 constexpr char kPinnedPath[] = "pg_catalog, pg_temp";

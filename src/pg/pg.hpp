@@ -134,9 +134,18 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null);
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
 
+// --- databases ---------------------------------------------------------------
+// May the current user run a statement that needs database `db` to itself
+// (DROP, ALTER ... RENAME or SET TABLESPACE: owner; CREATE DATABASE with it
+// as template: CREATEDB and either a template database or its owner)?
+// PostgreSQL checks the same later; the worker is paused only for those who
+// pass, so nobody else can make it restart.
+bool may_take_over_database(Oid db, bool as_template);
+
 // --- locks -------------------------------------------------------------------
-// Transaction-level heavyweight locks in an advisory-lock space of our own
-// (field4 values that pg_advisory_* never uses), released at commit/abort.
+// Transaction-level exclusive locks, released at commit/abort and by a
+// subtransaction's rollback (pg/xact_locks.hpp: in shared memory with the
+// preload, heavyweight advisory locks without it).
 
 // Lock an item: claimers try (skip when busy); everyone else waits.
 bool lock_item(int64_t item_id, bool wait);

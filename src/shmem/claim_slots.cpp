@@ -1,133 +1,155 @@
 // Claims in flight per queue; see claim_slots.hpp.
 #include "shmem/claim_slots.hpp"
+#include "shmem/txn_table.hpp"
 
 extern "C" {
 #include "access/xact.h"
-#include "common/hashfn.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
 #include "utils/memutils.h"
 }
 
 namespace pgclaim::shmem {
 
+int guc_max_claim_slots = 1024;
+
 namespace {
 
-struct SlotEntry {
+struct SlotKey {
     Oid db;
     Oid install;
     int32 queue_id;
-    int64 reserved;  // 0 and db 0: unused
 };
 
-struct SlotTable {
-    slock_t mutex;
-    SlotEntry entries[kClaimSlotEntries];
+struct SlotEntry {
+    SlotKey key;
+    int64 reserved;
 };
 
-SlotTable *table = nullptr;
+TxnTable table = {"pg_claim claim slots", "claims in flight under max_active",
+                  "pg_claim.max_claim_slots", sizeof(SlotKey), sizeof(SlotEntry),
+                  &guc_max_claim_slots, nullptr, nullptr};
 
-// This backend's reservations in the current transaction (plain data).
+// This backend's reservations in the current transaction (plain data): one
+// per queue and nesting level.
 struct Mine {
-    Oid install;
-    int32 queue_id;
+    SlotKey key;
+    int level;
     int64 n;
 };
 Mine *mine = nullptr;  // in TopMemoryContext
 int nmine = 0;
 int mine_cap = 0;
-bool callback_registered = false;
+bool callbacks_registered = false;
 
-uint32 home_of(Oid db, Oid install, int32 queue_id) {
-    uint64 h = hash_combine64(hash_uint32(db), hash_uint32(install));
-    return (uint32)(hash_combine64(h, (uint64)queue_id) % kClaimSlotEntries);
+SlotKey key_of(Oid install, int32 queue_id) {
+    SlotKey k;
+    memset(&k, 0, sizeof(k));
+    k.db = MyDatabaseId;
+    k.install = install;
+    k.queue_id = queue_id;
+    return k;
 }
 
-// Caller holds the mutex.
-SlotEntry *find(Oid db, Oid install, int32 queue_id, bool create) {
-    uint32 home = home_of(db, install, queue_id);
-    SlotEntry *free_entry = nullptr;
-    for (int i = 0; i < kClaimSlotEntries; ++i) {
-        SlotEntry *e = &table->entries[(home + i) % kClaimSlotEntries];
-        if (e->reserved > 0 && e->db == db && e->install == install && e->queue_id == queue_id)
-            return e;
-        if (free_entry == nullptr && e->reserved == 0) free_entry = e;
+bool same(const SlotKey &a, const SlotKey &b) { return memcmp(&a, &b, sizeof(SlotKey)) == 0; }
+
+// Caller holds the lock.
+void release(const SlotKey &k, int64 n) {
+    auto *e = (SlotEntry *)txn_table_find(table, &k, false);
+    if (e == nullptr) return;
+    e->reserved -= n;
+    if (e->reserved <= 0) txn_table_remove(table, &k);
+}
+
+// Gives back the reservations made at nesting level `level` or deeper.
+void release_from(int level) {
+    if (nmine == 0 || table.htab == nullptr) return;
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    int keep = 0;
+    for (int i = 0; i < nmine; ++i) {
+        if (mine[i].level >= level) release(mine[i].key, mine[i].n);
+        else mine[keep++] = mine[i];
     }
-    if (!create || free_entry == nullptr) return nullptr;
-    free_entry->db = db;
-    free_entry->install = install;
-    free_entry->queue_id = queue_id;
-    return free_entry;
-}
-
-void release(Oid install, int32 queue_id, int64 n) {
-    SlotEntry *e = find(MyDatabaseId, install, queue_id, false);
-    if (e != nullptr) e->reserved = e->reserved > n ? e->reserved - n : 0;
+    LWLockRelease(table.lock);
+    nmine = keep;
 }
 
 void at_xact_end(XactEvent event, void *) {
-    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
-        event != XACT_EVENT_PREPARE)
+    if (event == XACT_EVENT_PRE_PREPARE) {
+        for (int i = 0; i < nmine; ++i)
+            if (mine[i].n > 0)
+                pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
+                           "Commit the claim first; assert_token, complete, fail, extend and "
+                           "release may be prepared."},
+                          "cannot PREPARE a transaction that claimed from a queue with "
+                          "max_active");
         return;
-    if (nmine == 0 || table == nullptr) return;
-    SpinLockAcquire(&table->mutex);
-    for (int i = 0; i < nmine; ++i) release(mine[i].install, mine[i].queue_id, mine[i].n);
-    SpinLockRelease(&table->mutex);
-    nmine = 0;
+    }
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) release_from(0);
 }
 
-}  // namespace
-
-Size claim_slots_shmem_size() { return sizeof(SlotTable); }
-
-void claim_slots_shmem_init() {
-    bool found;
-    table = (SlotTable *)ShmemInitStruct("pg_claim claim slots", claim_slots_shmem_size(), &found);
-    if (!found) {
-        memset((void *)table, 0, sizeof(SlotTable));
-        SpinLockInit(&table->mutex);
-    }
+void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (nmine == 0) return;
+    int level = GetCurrentTransactionNestLevel();
+    if (event == SUBXACT_EVENT_ABORT_SUB) release_from(level);
+    if (event == SUBXACT_EVENT_COMMIT_SUB)
+        for (int i = 0; i < nmine; ++i)
+            if (mine[i].level >= level) mine[i].level = level - 1;
 }
 
-int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
-    if (table == nullptr || n <= 0) return -1;
-    if (!callback_registered) {
-        RegisterXactCallback(at_xact_end, nullptr);
-        callback_registered = true;
-    }
+// This transaction's entry for the queue at the current level.
+Mine *mine_for(const SlotKey &k) {
+    int level = GetCurrentTransactionNestLevel();
+    for (int i = nmine - 1; i >= 0; --i)
+        if (mine[i].level == level && same(mine[i].key, k)) return &mine[i];
     if (nmine == mine_cap) {
         int cap = mine_cap == 0 ? 8 : mine_cap * 2;
         mine = mine == nullptr ? (Mine *)MemoryContextAlloc(TopMemoryContext, sizeof(Mine) * cap)
                                : (Mine *)repalloc(mine, sizeof(Mine) * cap);
         mine_cap = cap;
     }
+    mine[nmine] = Mine{k, level, 0};
+    return &mine[nmine++];
+}
+
+}  // namespace
+
+Size claim_slots_shmem_size() { return txn_table_shmem_size(table); }
+void claim_slots_shmem_request() { txn_table_request(table); }
+void claim_slots_shmem_init() { txn_table_init(table); }
+
+int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
+    if (table.htab == nullptr || n <= 0) return -1;
+    if (!callbacks_registered) {
+        RegisterXactCallback(at_xact_end, nullptr);
+        RegisterSubXactCallback(at_subxact_end, nullptr);
+        callbacks_registered = true;
+    }
+    SlotKey k = key_of(install, queue_id);
+    Mine *m = mine_for(k);
     int64 own = 0;
     for (int i = 0; i < nmine; ++i)
-        if (mine[i].install == install && mine[i].queue_id == queue_id) own += mine[i].n;
-    int64 others = -1;
-    SpinLockAcquire(&table->mutex);
-    SlotEntry *e = find(MyDatabaseId, install, queue_id, true);
-    if (e != nullptr) {
-        others = e->reserved - own;
-        e->reserved += n;
-    }
-    SpinLockRelease(&table->mutex);
-    if (e != nullptr) mine[nmine++] = Mine{install, queue_id, n};
+        if (same(mine[i].key, k)) own += mine[i].n;
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    auto *e = (SlotEntry *)txn_table_find(table, &k, true);
+    int64 others = e->reserved - own;
+    e->reserved += n;
+    LWLockRelease(table.lock);
+    m->n += n;
     return others;
 }
 
 void claim_slots_give_back(Oid install, int32 queue_id, int n) {
-    if (table == nullptr || n <= 0) return;
+    if (table.htab == nullptr || n <= 0) return;
+    SlotKey k = key_of(install, queue_id);
     int64 left = n;
     for (int i = nmine - 1; i >= 0 && left > 0; --i) {
-        if (mine[i].install != install || mine[i].queue_id != queue_id) continue;
+        if (!same(mine[i].key, k)) continue;
         int64 take = mine[i].n < left ? mine[i].n : left;
         mine[i].n -= take;
         left -= take;
     }
-    SpinLockAcquire(&table->mutex);
-    release(install, queue_id, n - left);
-    SpinLockRelease(&table->mutex);
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    release(k, n - left);
+    LWLockRelease(table.lock);
 }
 
 }  // namespace pgclaim::shmem

@@ -11,15 +11,21 @@
 
 namespace pgclaim::shmem {
 
-inline constexpr int kClaimSlotEntries = 1024;
+// Entries: queues with claims in flight under max_active at one moment, in
+// all databases (pg_claim.max_claim_slots).
+extern int guc_max_claim_slots;
 
 Size claim_slots_shmem_size();
+void claim_slots_shmem_request();
 void claim_slots_shmem_init();
 
 // Reserves `n` claims of the queue for this transaction; returns the
 // reservations of other transactions at that moment, or -1 when there is no
-// shared memory or the table is full (the caller then counts under the
-// queue's lock instead). `install`: pg::direct::items_relid().
+// shared memory (the caller then counts under the queue's lock instead).
+// Raises 53400 when the table is full. A reservation is kept until the
+// transaction ends or the subtransaction that made it rolls back; a
+// transaction that holds one cannot be prepared (0A000).
+// `install`: pg::direct::items_relid().
 int64 claim_slots_reserve(Oid install, int32 queue_id, int n);
 // Gives back `n` of this transaction's reservations (claims not made).
 void claim_slots_give_back(Oid install, int32 queue_id, int n);

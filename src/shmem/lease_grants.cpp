@@ -1,132 +1,137 @@
 // Lease grants in flight; see lease_grants.hpp.
 #include "shmem/lease_grants.hpp"
+#include "shmem/txn_table.hpp"
 
 extern "C" {
 #include "access/xact.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
 #include "utils/memutils.h"
 }
 
 namespace pgclaim::shmem {
 
+int guc_max_lease_grants = 1024;
+
 namespace {
 
-struct GrantEntry {
+struct GrantKey {
     Oid db;
+    uint32 pad;  // 0: keys are compared as bytes
     uint64 name;
+};
+
+struct GrantEntry {
+    GrantKey key;
     int32 permits;
-    int32 refs;  // 0: unused
+    int32 refs;  // transactions with a grant of this name in flight
 };
 
-struct GrantTable {
-    slock_t mutex;
-    GrantEntry entries[kLeaseGrantEntries];
+TxnTable table = {"pg_claim lease grants", "lease grants in flight", "pg_claim.max_lease_grants",
+                  sizeof(GrantKey), sizeof(GrantEntry), &guc_max_lease_grants, nullptr, nullptr};
+
+// This backend's announcements in the current transaction (plain data),
+// each with the nesting level that made it.
+struct Mine {
+    uint64 name;
+    int level;
 };
-
-GrantTable *table = nullptr;
-
-// This backend's announcements in the current transaction (plain data).
-uint64 *mine = nullptr;  // in TopMemoryContext
+Mine *mine = nullptr;  // in TopMemoryContext
 int nmine = 0;
 int mine_cap = 0;
-bool callback_registered = false;
+bool callbacks_registered = false;
 
-GrantEntry *find(Oid db, uint64 name) {
-    uint32 home = (uint32)(name % kLeaseGrantEntries);
-    for (int i = 0; i < kLeaseGrantEntries; ++i) {
-        GrantEntry *e = &table->entries[(home + i) % kLeaseGrantEntries];
-        if (e->refs > 0 && e->db == db && e->name == name) return e;
-    }
-    return nullptr;
+GrantKey key_of(uint64 name) {
+    GrantKey k;
+    memset(&k, 0, sizeof(k));
+    k.db = MyDatabaseId;
+    k.name = name;
+    return k;
 }
 
-GrantEntry *free_slot(uint64 name) {
-    uint32 home = (uint32)(name % kLeaseGrantEntries);
-    for (int i = 0; i < kLeaseGrantEntries; ++i) {
-        GrantEntry *e = &table->entries[(home + i) % kLeaseGrantEntries];
-        if (e->refs == 0) return e;
-    }
-    return nullptr;
-}
-
+// Caller holds the lock.
 void drop_one(uint64 name) {
-    GrantEntry *e = find(MyDatabaseId, name);
-    if (e != nullptr) --e->refs;
+    GrantKey k = key_of(name);
+    auto *e = (GrantEntry *)txn_table_find(table, &k, false);
+    if (e != nullptr && --e->refs <= 0) txn_table_remove(table, &k);
+}
+
+// Gives back the announcements made at nesting level `level` or deeper.
+void drop_from(int level) {
+    if (nmine == 0 || table.htab == nullptr) return;
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    int keep = 0;
+    for (int i = 0; i < nmine; ++i) {
+        if (mine[i].level >= level) drop_one(mine[i].name);
+        else mine[keep++] = mine[i];
+    }
+    LWLockRelease(table.lock);
+    nmine = keep;
 }
 
 void at_xact_end(XactEvent event, void *) {
-    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
-        event != XACT_EVENT_PREPARE)
-        return;
-    if (nmine == 0 || table == nullptr) return;
-    SpinLockAcquire(&table->mutex);
-    for (int i = 0; i < nmine; ++i) drop_one(mine[i]);
-    SpinLockRelease(&table->mutex);
-    nmine = 0;
+    if (event == XACT_EVENT_PRE_PREPARE && nmine > 0)
+        pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
+                   "Commit the lease_acquire first; lease_assert, lease_renew and lease_release "
+                   "may be prepared."},
+                  "cannot PREPARE a transaction that acquired a lease");
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) drop_from(0);
+}
+
+void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (nmine == 0) return;
+    int level = GetCurrentTransactionNestLevel();
+    if (event == SUBXACT_EVENT_ABORT_SUB) drop_from(level);
+    if (event == SUBXACT_EVENT_COMMIT_SUB)
+        for (int i = 0; i < nmine; ++i)
+            if (mine[i].level >= level) mine[i].level = level - 1;
 }
 
 }  // namespace
 
-Size lease_grants_shmem_size() { return sizeof(GrantTable); }
-
-void lease_grants_shmem_init() {
-    bool found;
-    table = (GrantTable *)ShmemInitStruct("pg_claim lease grants", lease_grants_shmem_size(),
-                                          &found);
-    if (!found) {
-        memset((void *)table, 0, sizeof(GrantTable));
-        SpinLockInit(&table->mutex);
-    }
-}
+Size lease_grants_shmem_size() { return txn_table_shmem_size(table); }
+void lease_grants_shmem_request() { txn_table_request(table); }
+void lease_grants_shmem_init() { txn_table_init(table); }
 
 bool lease_grant_begin(uint64 name_hash, int32 permits) {
-    if (table == nullptr) return true;
-    if (!callback_registered) {
+    if (table.htab == nullptr) return true;
+    if (!callbacks_registered) {
         RegisterXactCallback(at_xact_end, nullptr);
-        callback_registered = true;
+        RegisterSubXactCallback(at_subxact_end, nullptr);
+        callbacks_registered = true;
     }
     if (nmine == mine_cap) {
         int cap = mine_cap == 0 ? 8 : mine_cap * 2;
-        mine = mine == nullptr ? (uint64 *)MemoryContextAlloc(TopMemoryContext, sizeof(uint64) * cap)
-                               : (uint64 *)repalloc(mine, sizeof(uint64) * cap);
+        mine = mine == nullptr ? (Mine *)MemoryContextAlloc(TopMemoryContext, sizeof(Mine) * cap)
+                               : (Mine *)repalloc(mine, sizeof(Mine) * cap);
         mine_cap = cap;
     }
+    GrantKey k = key_of(name_hash);
     bool ok = true;
-    SpinLockAcquire(&table->mutex);
-    GrantEntry *e = find(MyDatabaseId, name_hash);
-    if (e != nullptr && e->permits != permits) {
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    auto *e = (GrantEntry *)txn_table_find(table, &k, true);
+    if (e->refs > 0 && e->permits != permits) {
         // Ours alone (an earlier grant of this transaction) may change count.
         int own = 0;
         for (int i = 0; i < nmine; ++i)
-            if (mine[i] == name_hash) ++own;
+            if (mine[i].name == name_hash) ++own;
         if (own < e->refs) ok = false;
-        else e->permits = permits;
-    } else if (e == nullptr) {
-        e = free_slot(name_hash);
-        if (e == nullptr) {
-            ok = false;
-        } else {
-            e->db = MyDatabaseId;
-            e->name = name_hash;
-            e->permits = permits;
-            e->refs = 0;
-        }
     }
-    if (ok) ++e->refs;
-    SpinLockRelease(&table->mutex);
-    if (ok) mine[nmine++] = name_hash;
+    if (ok) {
+        e->permits = permits;
+        ++e->refs;
+    }
+    LWLockRelease(table.lock);
+    if (ok) mine[nmine++] = Mine{name_hash, GetCurrentTransactionNestLevel()};
     return ok;
 }
 
 void lease_grant_cancel(uint64 name_hash) {
-    if (table == nullptr) return;
+    if (table.htab == nullptr) return;
     for (int i = nmine - 1; i >= 0; --i) {
-        if (mine[i] != name_hash) continue;
+        if (mine[i].name != name_hash) continue;
         mine[i] = mine[--nmine];
-        SpinLockAcquire(&table->mutex);
+        LWLockAcquire(table.lock, LW_EXCLUSIVE);
         drop_one(name_hash);
-        SpinLockRelease(&table->mutex);
+        LWLockRelease(table.lock);
         return;
     }
 }

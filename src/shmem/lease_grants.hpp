@@ -8,17 +8,20 @@
 
 namespace pgclaim::shmem {
 
-// Entries of the table (names with a grant in flight at one moment).
-inline constexpr int kLeaseGrantEntries = 1024;
+// Entries of the table: names with a grant in flight at one moment, in all
+// databases (pg_claim.max_lease_grants).
+extern int guc_max_lease_grants;
 
 Size lease_grants_shmem_size();
+void lease_grants_shmem_request();
 void lease_grants_shmem_init();
 
 // Announces a grant of `permits` for the name (a 64-bit hash of it) by this
 // transaction; false when a grant with another count is in flight in
-// another transaction, or the table is full (the caller treats the name as
-// busy). Kept until the transaction ends. Without the preload it always
-// succeeds (and only committed holders are compared).
+// another transaction. Raises 53400 when the table is full. Kept until the
+// transaction ends, or until the subtransaction that made it rolls back; a
+// transaction that holds one cannot be prepared (0A000). Without the
+// preload it always succeeds (and only committed holders are compared).
 bool lease_grant_begin(uint64 name_hash, int32 permits);
 // This transaction's grant did not happen after all.
 void lease_grant_cancel(uint64 name_hash);

@@ -6,6 +6,8 @@
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
+#include "shmem/drops.hpp"
+#include "pg/xact_locks.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -44,6 +46,11 @@ void shmem_request() {
     RequestAddinShmemSpace(lease_grants_shmem_size());
     RequestAddinShmemSpace(claim_slots_shmem_size());
     RequestNamedLWLockTranche("pg_claim", 1);
+    RequestAddinShmemSpace(pg::xact_locks_shmem_size());
+    pg::xact_locks_shmem_request();
+    lease_grants_shmem_request();
+    RequestAddinShmemSpace(drops_shmem_size());
+    claim_slots_shmem_request();
 }
 
 void shmem_startup() {
@@ -72,6 +79,8 @@ void shmem_startup() {
     rates_shmem_init();
     lease_grants_shmem_init();
     claim_slots_shmem_init();
+    pg::xact_locks_shmem_init();
+    drops_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -83,7 +83,12 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
     Oid db = InvalidOid;
     if (dbname != nullptr && shared != nullptr) {
         db = get_database_oid(dbname, true);
-        if (!pause_database(db)) db = InvalidOid;
+        // Only a role that PostgreSQL will let through pauses the worker; the
+        // statement of any other fails its permission check as usual.
+        bool as_template = nodeTag(stmt) == T_CreatedbStmt;
+        if (!OidIsValid(db) || !pg::may_take_over_database(db, as_template) ||
+            !pause_database(db))
+            db = InvalidOid;
     }
     if (!OidIsValid(db)) {
         if (prev_utility)

@@ -126,11 +126,9 @@ SELECT count(*) AS holders FROM claim.leases WHERE name = 'tx';
 INSERT INTO t SELECT 'a1', claim.lease_acquire('tx', '30 seconds');
 BEGIN;
 SELECT claim.lease_assert('tx', pg_temp.tok('a1'));
-SELECT count(*) AS slot_locks FROM pg_locks
-WHERE locktype = 'advisory' AND objsubid = 20550 AND pid = pg_backend_pid() AND granted;
+SELECT held AS slot_locks FROM claim.lock_table();
 COMMIT;
-SELECT count(*) AS slot_locks FROM pg_locks
-WHERE locktype = 'advisory' AND objsubid = 20550 AND pid = pg_backend_pid();
+SELECT held AS slot_locks FROM claim.lock_table();
 
 -- tokens come from the same sequence as queue claims
 SELECT claim.create_queue('lq');

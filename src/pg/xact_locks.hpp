@@ -1,0 +1,51 @@
+// Transaction-scoped exclusive locks on items and lease slots, held in a
+// partitioned hash table of pg_claim's own in shared memory instead of
+// PostgreSQL's lock table (docs/claim-core.md).
+//
+// What a lock means is what a heavyweight transaction lock means: one holder
+// at a time; re-entrant within a transaction (every lock counts, every
+// unlock gives one back); released when the transaction commits or aborts,
+// and when the subtransaction that took it rolls back; kept by a prepared
+// transaction until COMMIT PREPARED or ROLLBACK PREPARED, also across a
+// restart. Claimers only try a lock; everyone else waits for it: first
+// briefly on a condition variable that every release wakes, then on the
+// holder's transaction, where PostgreSQL's deadlock detector sees the wait.
+//
+// A held lock costs one entry of the table (pg_claim.max_xact_locks, one
+// per locked item or lease slot, for all databases together) and no entry
+// of PostgreSQL's lock table. When the table is full, taking one more raises
+// 53400 (configuration_limit_exceeded) with a hint; the caller's transaction
+// then aborts, so nothing is half-claimed.
+//
+// Without shared_preload_libraries there is no table: the same calls take
+// heavyweight advisory locks in a field4 space that pg_advisory_* never uses.
+#pragma once
+
+#include "pg/pg.hpp"
+
+namespace pgclaim::pg {
+
+// What a lock is on.
+enum class LockSpace : uint16 { Item = 0x5043, LeaseSlot = 0x5046 };
+
+extern int guc_max_xact_locks;
+
+// Shared memory (called by shmem/setup.cpp from the preload's hooks).
+Size xact_locks_shmem_size();
+void xact_locks_shmem_request();
+void xact_locks_shmem_init();
+
+// Takes the lock on `key` in `space` for this transaction. wait=false: false
+// when another transaction holds it. wait=true: returns true once granted.
+bool xact_lock(LockSpace space, uint64 key, bool wait);
+// Gives back one hold of a lock this transaction took.
+void xact_unlock(LockSpace space, uint64 key);
+
+// Whether the locks live in shared memory (false without the preload).
+bool xact_locks_in_shmem();
+// How many locks this transaction holds now (with the preload).
+int64 xact_locks_held();
+// How many entries the table holds, all backends together.
+int64 xact_locks_in_use();
+
+}  // namespace pgclaim::pg

@@ -1,0 +1,91 @@
+// Queues being dropped: see drops.hpp.
+#include "shmem/drops.hpp"
+#include "shmem/wakeup.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+}
+
+namespace pgclaim::shmem {
+
+namespace {
+
+constexpr int kSlots = 16;  // drops in progress at once; more wait as before
+
+struct Slot {
+    int pid;  // 0: free
+    Oid db;
+    Oid install;
+    int32 queue_id;
+};
+
+struct Drops {
+    slock_t mutex;
+    Slot slots[kSlots];
+};
+
+Drops *drops = nullptr;
+bool mine = false;  // this transaction announced a drop
+bool callback_registered = false;
+
+void clear_mine(XactEvent event, void *) {
+    if (!mine || drops == nullptr) return;
+    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT && event != XACT_EVENT_PREPARE)
+        return;
+    SpinLockAcquire(&drops->mutex);
+    for (int i = 0; i < kSlots; ++i)
+        if (drops->slots[i].pid == MyProcPid) drops->slots[i].pid = 0;
+    SpinLockRelease(&drops->mutex);
+    mine = false;
+}
+
+}  // namespace
+
+Size drops_shmem_size() { return sizeof(Drops); }
+
+void drops_shmem_init() {
+    bool found;
+    drops = (Drops *)ShmemInitStruct("pg_claim drops", sizeof(Drops), &found);
+    if (!found) {
+        memset((void *)drops, 0, sizeof(Drops));
+        SpinLockInit(&drops->mutex);
+    }
+}
+
+void drop_announce(Oid install, int32 queue_id) {
+    if (drops == nullptr) return;
+    if (!callback_registered) {
+        RegisterXactCallback(clear_mine, nullptr);
+        callback_registered = true;
+    }
+    bool placed = false;
+    SpinLockAcquire(&drops->mutex);
+    for (int i = 0; i < kSlots && !placed; ++i) {
+        Slot &s = drops->slots[i];
+        if (s.pid != 0) continue;
+        s = Slot{MyProcPid, MyDatabaseId, install, queue_id};
+        placed = true;
+    }
+    SpinLockRelease(&drops->mutex);
+    if (!placed) return;
+    mine = true;
+    wake_all_waiters();
+}
+
+bool drop_pending(Oid install, int32 queue_id) {
+    if (drops == nullptr) return false;
+    bool pending = false;
+    SpinLockAcquire(&drops->mutex);
+    for (int i = 0; i < kSlots; ++i) {
+        const Slot &s = drops->slots[i];
+        if (s.pid != 0 && s.pid != MyProcPid && s.db == MyDatabaseId && s.install == install &&
+            s.queue_id == queue_id)
+            pending = true;
+    }
+    SpinLockRelease(&drops->mutex);
+    return pending;
+}
+
+}  // namespace pgclaim::shmem

@@ -1,0 +1,77 @@
+# Statements that need a database to themselves (DROP DATABASE, ALTER
+# DATABASE ... RENAME or SET TABLESPACE, CREATE DATABASE ... TEMPLATE) pause
+# that database's pg_claim worker first, but only for a role PostgreSQL will
+# let through. A role without the rights gets PostgreSQL's own permission
+# error, again and again, and the worker keeps running undisturbed; the
+# owner's rename pauses it and the worker comes back under the new name.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('hook');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pg_claim'
+pg_claim.worker_naptime = 100
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE DATABASE appdb;
+	CREATE ROLE mallory LOGIN;
+	CREATE ROLE owner_role LOGIN CREATEDB;
+	ALTER DATABASE appdb OWNER TO owner_role;
+});
+$node->safe_psql('appdb', 'CREATE EXTENSION pg_claim');
+
+sub worker_pid
+{
+	my ($db) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+		   WHERE backend_type = 'pg_claim worker' AND datname = '$db'});
+}
+
+sub wait_worker
+{
+	my ($db, $old) = @_;
+	my $deadline = time + 30;
+	while (time < $deadline)
+	{
+		my $pid = worker_pid($db);
+		return $pid if $pid && $pid != ($old // 0);
+		usleep(50_000);
+	}
+	return 0;
+}
+
+my $pid = wait_worker('appdb');
+ok($pid, 'appdb has its worker');
+
+my $refused = 0;
+for my $i (1 .. 50)
+{
+	my ($out, $err);
+	$node->psql('postgres', 'ALTER DATABASE appdb RENAME TO stolen',
+		stdout => \$out, stderr => \$err, extra_params => [ '-U', 'mallory' ]);
+	$refused++ if $err =~ /must be owner of database appdb/;
+	$node->psql('postgres', 'DROP DATABASE appdb',
+		stdout => \$out, stderr => \$err, extra_params => [ '-U', 'mallory' ]);
+	$refused++ if $err =~ /must be owner of database appdb/;
+	$node->psql('postgres', 'CREATE DATABASE copy TEMPLATE appdb',
+		stdout => \$out, stderr => \$err, extra_params => [ '-U', 'mallory' ]);
+	$refused++ if $err =~ /permission denied to create database/;
+}
+is($refused, 150, 'every statement of the role without rights fails its permission check');
+usleep(500_000);
+is(worker_pid('appdb'), $pid, 'and the worker kept running: it was never paused');
+
+# The owner may: the worker is paused for the rename and comes back.
+$node->safe_psql('postgres', 'ALTER DATABASE appdb RENAME TO renamed', extra_params => [ '-U', 'owner_role' ]);
+ok(wait_worker('renamed', $pid), 'the owner\'s rename paused the worker, which runs again');
+
+$node->stop;
+done_testing();
