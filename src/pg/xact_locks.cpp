@@ -467,6 +467,10 @@ void xact_unlock(LockSpace space, uint64 key) {
     release_shared(k);
 }
 
+void xact_locks_release_all() {
+    if (table != nullptr) release_all();
+}
+
 bool xact_locks_in_shmem() { return table != nullptr; }
 
 int64 xact_locks_held() { return nheld; }

@@ -41,6 +41,11 @@ bool xact_lock(LockSpace space, uint64 key, bool wait);
 // Gives back one hold of a lock this transaction took.
 void xact_unlock(LockSpace space, uint64 key);
 
+// Gives back every lock of the ending transaction now (the transaction
+// callbacks do it too; waking waiters calls it first, so that they find the
+// items free). Never raises.
+void xact_locks_release_all();
+
 // Whether the locks live in shared memory (false without the preload).
 bool xact_locks_in_shmem();
 // How many locks this transaction holds now (with the preload).

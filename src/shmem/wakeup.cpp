@@ -12,6 +12,7 @@
 
 #include "shmem/shared.hpp"
 #include "shmem/compat.hpp"
+#include "pg/xact_locks.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -173,9 +174,13 @@ void wake_at_transaction_end(bool commit) {
 void xact_callback(XactEvent event, void *) {
     switch (event) {
         case XACT_EVENT_COMMIT:
+            // The items this transaction made ready are unlocked before
+            // anyone is woken for them: a woken claimer must find them free.
+            pg::xact_locks_release_all();
             wake_at_transaction_end(true);
             break;
         case XACT_EVENT_ABORT:
+            pg::xact_locks_release_all();
             wake_at_transaction_end(false);
             break;
         case XACT_EVENT_PREPARE:

@@ -96,7 +96,12 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
         else
             standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv,
                                     dest, qc);
-        if (wake_all) wake_all_waiters();
+        if (wake_all) {
+            // Nor is whether it changed queue settings (alter_queue, pause,
+            // resume): every backend reads its queue definitions again.
+            queues_changed_at_commit();
+            wake_all_waiters();
+        }
         return;
     }
     PG_TRY();
