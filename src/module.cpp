@@ -47,6 +47,20 @@ void define_gucs() {
         "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,
         true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
+        "pg_claim.partition", "The partition number of this database in a pg_claim cluster.",
+        "Every token handed out carries it in its high bits, so a front (pg_claim_proxy) routes "
+        "token calls by the token alone. CREATE EXTENSION takes it as the database's partition; "
+        "claim.set_partition() changes it; a session whose value differs from the database's "
+        "partition is refused tokens (docs/partitions.md).",
+        &pgclaim::api::guc_partition, 0, 0, pgclaim::token::kMaxPartition, PGC_SUSET, 0, nullptr,
+        nullptr, nullptr);
+}
+
+// The sizes of the tables in shared memory: set at server start, so they
+// exist only where the library is preloaded (PostgreSQL refuses to create a
+// PGC_POSTMASTER setting later).
+void define_shmem_gucs() {
+    DefineCustomIntVariable(
         "pg_claim.max_xact_locks",
         "How many items and lease slots open transactions may hold locked at once, in all "
         "databases together.",
@@ -68,14 +82,6 @@ void define_gucs() {
         "acquire that would need one more entry fails with 53400.",
         &guc_max_lease_grants, 1024, 64, 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
         nullptr);
-    DefineCustomIntVariable(
-        "pg_claim.partition", "The partition number of this database in a pg_claim cluster.",
-        "Every token handed out carries it in its high bits, so a front (pg_claim_proxy) routes "
-        "token calls by the token alone. CREATE EXTENSION takes it as the database's partition; "
-        "claim.set_partition() changes it; a session whose value differs from the database's "
-        "partition is refused tokens (docs/partitions.md).",
-        &pgclaim::api::guc_partition, 0, 0, pgclaim::token::kMaxPartition, PGC_SUSET, 0, nullptr,
-        nullptr, nullptr);
 }
 
 }  // namespace
@@ -87,6 +93,7 @@ void _PG_init(void) {
     // shared_preload_libraries. Without the preload everything works
     // lazily and waits fall back to short naps (src/shmem/wakeup.cpp).
     define_gucs();
+    if (process_shared_preload_libraries_in_progress) define_shmem_gucs();
     MarkGUCPrefixReserved("pg_claim");
     if (!process_shared_preload_libraries_in_progress) return;
     if (IsBinaryUpgrade) return;  // pg_upgrade: no worker, no hooks
