@@ -309,7 +309,7 @@ met_inv() { if [[ -n $2 ]]; then echo INVALID; else echo "$1"; fi; }
             "${R[hi_ratio]}x" ">= 2.5x" "$(met_inv "$(verdict "${R[hi_ratio]}" 2.5)" "${R[claim_${HI}_invalid]:-}${R[base_${HI}_invalid]:-}")"
     fi
     if want 4; then
-        R[poll_ratio]=$(fdiv "${R[poll_pinned]}" "${R[poll_clean]}")
+        R[poll_ratio]=$(awk -v a="${R[poll_pinned]}" -v b="${R[poll_clean]}" 'BEGIN { if (b + 0 == 0) print "nan"; else printf "%.3f", a / b }')
         row "4. empty poll, pinned after $POLL_JOBS jobs vs clean" "$(fmt "${R[poll_pinned]}") calls/s" "$(fmt "${R[poll_clean]}") calls/s" \
             "${R[poll_ratio]}x" ">= 0.5x" "$(met_inv "$(verdict "${R[poll_ratio]}" 0.5)" "${R[poll_pinned_invalid]:-}${R[poll_clean_invalid]:-}")"
     fi
