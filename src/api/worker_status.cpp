@@ -28,7 +28,9 @@ extern "C" Datum pgclaim_worker_status(PG_FUNCTION_ARGS) {
         bool nulls[9] = {false, s.pid == 0, false, false, false, false, false, false, false};
         v[0] = ObjectIdGetDatum(s.db);
         v[1] = Int32GetDatum(s.pid);
-        v[2] = CStringGetTextDatum(names[(int)s.state]);
+        // A database that is due and has no worker slot: "waiting".
+        bool waiting = s.state == DbState::Idle && s.waiting_since != 0;
+        v[2] = CStringGetTextDatum(waiting ? "waiting" : names[(int)s.state]);
         v[3] = Int64GetDatum((int64)s.cycles);
         v[4] = Int64GetDatum((int64)s.promoted);
         v[5] = Int64GetDatum((int64)s.expired);

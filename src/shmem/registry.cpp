@@ -34,6 +34,9 @@ int add_db_slot_locked(Oid db, TimestampTz now) {
         s->next_start = now;
         s->started_at = 0;
         s->paused_until = 0;
+        s->waiting_since = 0;
+        s->yield_requested = false;
+        s->errors = 0;
         s->nnotify = 0;
         s->notify_all = false;
         pg_atomic_write_u32(&s->notify_pending, 0);

@@ -43,7 +43,7 @@ enum class DbState : int {
 };
 
 // Why a worker ended (set by the worker, read by the launcher).
-enum class ExitReason : int { Error = 0, Absent, Disabled, Paused, Duplicate };
+enum class ExitReason : int { Error = 0, Absent, Disabled, Paused, Duplicate, Yielded };
 
 struct DbSlot {
     Oid db;
@@ -54,6 +54,11 @@ struct DbSlot {
     TimestampTz next_start;    // launcher: when to start (or probe) again
     TimestampTz started_at;    // launcher: when it asked for the worker
     TimestampTz paused_until;  // DROP/ALTER DATABASE in progress: no worker
+    // Time-slicing (launcher.cpp): since when the database is due and has no
+    // worker (0: not waiting); the launcher asks a worker to hand its slot on.
+    TimestampTz waiting_since;
+    bool yield_requested;
+    uint64 errors;             // rounds that failed and were rolled back
     // Queues that producers made ready since the worker's last NOTIFY.
     slock_t mutex;
     int nnotify;

@@ -4,7 +4,10 @@
 // (RegisterDynamicBackgroundWorker). A worker connects, checks pg_extension
 // and exits at once with "absent" when the extension is not there; the
 // launcher probes such databases again after a minute, or at once when
-// CREATE EXTENSION pg_claim commits anywhere.
+// CREATE EXTENSION pg_claim commits anywhere. When more databases are due
+// than worker slots are free (pg_claim.max_databases, max_worker_processes),
+// they take turns: the one waiting longest starts first, and the worker that
+// has run longest hands its slot on after its current round.
 #include "worker/worker.hpp"
 
 extern "C" {
@@ -36,6 +39,8 @@ namespace {
 constexpr int64 kRescanUs = 10 * USECS_PER_SEC;        // re-read pg_database
 constexpr int64 kStartTimeoutUs = 10 * USECS_PER_SEC;  // a worker that never came up
 constexpr int64 kRetryStartUs = 5 * USECS_PER_SEC;     // start it again after this
+constexpr int64 kSliceUs = 2 * USECS_PER_SEC;  // a worker's turn while databases wait
+constexpr int64 kWaitingPollUs = 100 * 1000;   // look again this soon while some wait
 
 struct DbEntry {
     Oid db;
@@ -45,6 +50,7 @@ struct DbEntry {
 BackgroundWorkerHandle *handles[kMaxDbSlots];
 NameData slot_names[kMaxDbSlots];
 bool warned_no_slot = false;
+bool sharing = false;       // databases wait for a slot (logged once per episode)
 
 void launcher_exit(int, Datum) {
     if (shared == nullptr) return;
@@ -136,11 +142,36 @@ bool start_worker(int i) {
     return true;
 }
 
+// Due databases beyond the free worker slots (pg_claim.max_databases or
+// max_worker_processes) wait their turn, oldest waiting first; for each one
+// the worker that has run longest (at least kSliceUs) is asked to hand its
+// slot on after its current round.
+void request_yields_locked(int waiting, TimestampTz now) {
+    for (int i = 0; i < kMaxDbSlots; ++i)
+        if (shared->dbs[i].db != InvalidOid && shared->dbs[i].yield_requested &&
+            shared->dbs[i].state == DbState::Running)
+            --waiting;
+    while (waiting-- > 0) {
+        int best = -1;
+        for (int i = 0; i < kMaxDbSlots; ++i) {
+            DbSlot *s = &shared->dbs[i];
+            if (s->db == InvalidOid || s->state != DbState::Running || s->yield_requested ||
+                now - s->started_at < kSliceUs)
+                continue;
+            if (best < 0 || s->started_at < shared->dbs[best].started_at) best = i;
+        }
+        if (best < 0) return;
+        shared->dbs[best].yield_requested = true;
+        if (shared->dbs[best].latch != nullptr) SetLatch(shared->dbs[best].latch);
+    }
+}
+
 // Start what is due; returns when to look again.
 TimestampTz start_due_workers(TimestampTz now) {
     TimestampTz next = now + kRescanUs;
     int to_start[kMaxDbSlots];
-    int nstart = 0;
+    int due[kMaxDbSlots];
+    int nstart = 0, ndue = 0;
 
     // Workers that never came up (no database any more, no slot...).
     for (int i = 0; i < kMaxDbSlots; ++i) {
@@ -171,30 +202,74 @@ TimestampTz start_due_workers(TimestampTz now) {
         DbSlot *s = &shared->dbs[i];
         if (s->db == InvalidOid || (s->state != DbState::Idle && s->state != DbState::Absent))
             continue;
-        TimestampTz due = s->next_start > s->paused_until ? s->next_start : s->paused_until;
-        if (due > now) {
-            if (due < next) next = due;
+        TimestampTz when = s->next_start > s->paused_until ? s->next_start : s->paused_until;
+        if (when > now) {
+            if (when < next) next = when;
             continue;
         }
-        if (active >= guc_max_databases || NameStr(slot_names[i])[0] == '\0') continue;
+        if (NameStr(slot_names[i])[0] == '\0') continue;
+        if (s->waiting_since == 0) s->waiting_since = now;
+        due[ndue++] = i;
+    }
+    // Oldest waiting first (insertion sort: ndue is small).
+    for (int a = 1; a < ndue; ++a)
+        for (int b = a; b > 0 && shared->dbs[due[b]].waiting_since <
+                                     shared->dbs[due[b - 1]].waiting_since;
+             --b) {
+            int t = due[b];
+            due[b] = due[b - 1];
+            due[b - 1] = t;
+        }
+    int k = 0;
+    for (; k < ndue && active < guc_max_databases; ++k) {
+        DbSlot *s = &shared->dbs[due[k]];
         s->state = DbState::Starting;
         s->started_at = now;
-        to_start[nstart++] = i;
+        s->yield_requested = false;
+        to_start[nstart++] = due[k];
         ++active;
     }
     LWLockRelease(shared->lock);
 
-    for (int k = 0; k < nstart; ++k) {
-        int i = to_start[k];
-        if (start_worker(i)) continue;
-        ereport(WARNING,
-                (errmsg("pg_claim launcher: could not start a worker for database \"%s\"",
-                        NameStr(slot_names[i])),
-                 errhint("Raise max_worker_processes.")));
+    int failed = 0;
+    bool no_free_slot = false;  // a start found no background worker slot
+    for (int j = 0; j < nstart; ++j) {
+        int i = to_start[j];
+        if (!no_free_slot && start_worker(i)) {
+            LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+            shared->dbs[i].waiting_since = 0;
+            LWLockRelease(shared->lock);
+            continue;
+        }
+        // No free background worker slot: wait for a worker to end.
+        no_free_slot = true;
+        ++failed;
         LWLockAcquire(shared->lock, LW_EXCLUSIVE);
         shared->dbs[i].state = DbState::Idle;
-        shared->dbs[i].next_start = now + kRescanUs;
+        shared->dbs[i].next_start = now;
         LWLockRelease(shared->lock);
+    }
+
+    int waiting = ndue - k + failed;
+    if (waiting > 0) {
+        LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+        request_yields_locked(waiting, now);
+        LWLockRelease(shared->lock);
+        if (!sharing) {
+            sharing = true;
+            ereport(LOG,
+                    (errmsg("pg_claim launcher: %d database(s) wait for a worker slot, the "
+                            "databases take turns",
+                            waiting),
+                     errhint("Each database with pg_claim needs one of max_worker_processes "
+                             "(besides the launcher's) and one of pg_claim.max_databases to be "
+                             "served at all times; see claim.worker_status().")));
+        }
+        // A worker that hands its slot on wakes the launcher as it ends; the
+        // postmaster frees the slot a moment later.
+        if (now + kWaitingPollUs < next) next = now + kWaitingPollUs;
+    } else {
+        sharing = false;
     }
     return next;
 }

@@ -221,6 +221,9 @@ bool lock_extension() {
 }  // namespace
 
 bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz *next) {
+    // In the caller's context: it outlives the duties' transaction.
+    ReadyList *ready = (ReadyList *)palloc(sizeof(ReadyList));
+    ready->n = 0;
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     SPI_connect();
@@ -235,8 +238,6 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         return false;
     }
 
-    ReadyList *ready = (ReadyList *)palloc(sizeof(ReadyList));
-    ready->n = 0;
     TimestampTz now = GetCurrentTimestamp();
     if (duties) {
         *next = now + (int64)guc_worker_naptime_ms * 1000;
@@ -269,11 +270,25 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
     // Waiters are woken when this transaction commits (shmem/wakeup.cpp).
     for (int i = 0; i < ready->n; ++i)
         notify_ready(WaitKind::Queue, ready->q[i].queue_id, ready->q[i].count);
-    if (guc_notify) send_notifies(slot, ready);
 
     PopActiveSnapshot();
     SPI_finish();
     CommitTransactionCommand();
+
+    // The NOTIFYs in a transaction of their own: a full NOTIFY queue fails
+    // only this one (at its commit), never the duties committed above.
+    // Producers set notify_pending after adding their queues.
+    if (guc_notify && (ready->n > 0 || pg_atomic_read_u32(&slot->notify_pending) != 0)) {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+        SPI_connect();
+        PushActiveSnapshot(GetTransactionSnapshot());
+        pgstat_report_activity(STATE_RUNNING, "pg_claim worker: notify");
+        send_notifies(slot, ready);
+        PopActiveSnapshot();
+        SPI_finish();
+        CommitTransactionCommand();
+    }
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
     return true;
