@@ -162,7 +162,7 @@ my %writes = (
 # Functions that only read (they work on a standby), and the trigger
 # functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
-  queue_counters metrics worker_status enqueue_trigger _claim_rows _claim_times _lease_releases
+  queue_counters metrics worker_status lock_table enqueue_trigger _claim_rows _claim_times _lease_releases
   _finished_ring_restore);
 
 my @all = split /\n/, $standby->safe_psql('postgres',

@@ -77,8 +77,9 @@ sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 
 # ------------------------------------------------------- the same API
 # Every function and view of pg_claim (but its internal helpers, the
-# trigger function, which runs where its table is, and the partition number
-# of a database, set on each partition) is at the front with the same
+# trigger function, which runs where its table is, the partition number
+# of a database, set on each partition, and the lock table of the session's
+# own transaction) is at the front with the same
 # arguments, defaults and result.
 {
 	my $api = q{
@@ -86,7 +87,7 @@ sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 			SELECT p.proname || '(' || pg_get_function_arguments(p.oid) || ') -> '
 			       || pg_get_function_result(p.oid) AS x
 			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
-			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition')
+			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition', 'lock_table')
 			UNION ALL
 			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
 			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
