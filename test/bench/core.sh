@@ -299,11 +299,11 @@ met_inv() { if [[ -n $2 ]]; then echo INVALID; else echo "$1"; fi; }
             "$( (( R[c_np] <= R[c1_np] && R[c_adv] == 0 )) && echo yes || echo NO)"
     fi
     if want 2; then
-        row "2. 3 x BEGIN; claim $BIG_N at once: succeeded" "${R[claim_ok]} of 3" "${R[advisory_ok]} of 3 (advisory)" \
+        row "2. 3 x BEGIN; claim $BIG_N at once: succeeded" "${R[claim_ok]} of 3" "${R[advisory_ok]} of 3 advisory" \
             "n/a" "3 of 3" "$( (( R[claim_ok] == 3 && R[claim_together] == 3 )) && echo yes || echo NO)"
     fi
     if want 3; then
-        row "3. keep $HI/$LO clients: pg_claim vs single-row UPDATE" "${R[claim_keep]}" "${R[upd_keep]} (UPDATE)" \
+        row "3. keep $HI/$LO clients, pg_claim vs 1-row UPDATE" "${R[claim_keep]}" "${R[upd_keep]} (UPDATE)" \
             "${R[keep_ratio]}x" ">= 0.9x" "$(met_inv "$(verdict "${R[keep_ratio]}" 0.9)" "${R[claim_keep_invalid]:-}${R[upd_keep_invalid]:-}")"
         row "3. claim+complete at $HI clients vs SKIP LOCKED" "$(fmt "${R[claim_$HI]}") jobs/s" "$(fmt "${R[base_$HI]}") jobs/s" \
             "${R[hi_ratio]}x" ">= 2.5x" "$(met_inv "$(verdict "${R[hi_ratio]}" 2.5)" "${R[claim_${HI}_invalid]:-}${R[base_${HI}_invalid]:-}")"
