@@ -6,7 +6,8 @@
 #   * the tables of the extension are not at the front (claim.items, ...);
 #   * every call is its own transaction on its partition: a ROLLBACK at the
 #     front takes nothing back, a READ ONLY front transaction still writes,
-#     assert_token/lease_assert hold nothing past the call (pg_locks);
+#     assert_token/lease_assert hold nothing past the call, and the lock
+#     table of a transaction (claim.lock_table) is not at the front;
 #   * tokens compare by age only within a partition, item ids are per
 #     partition, views list the partitions' rows one partition after another;
 #   * and what follows from these later in the same file.
