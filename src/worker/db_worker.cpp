@@ -12,6 +12,7 @@ extern "C" {
 #include "tcop/tcopprot.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
@@ -182,6 +183,10 @@ void recover_from_error() {
     MemoryContextSwitchTo(error_cxt);
     ErrorData *e = CopyErrorData();
     FlushErrorState();
+    // Also outside a transaction (the loop's own checks and waits).
+    LWLockReleaseAll();
+    ConditionVariableCancelSleep();
+    pgstat_report_wait_end();
     AbortCurrentTransaction();
     MemoryContextSwitchTo(error_cxt);
     MemoryContextReset(loop_cxt);

@@ -41,6 +41,7 @@ constexpr int64 kStartTimeoutUs = 10 * USECS_PER_SEC;  // a worker that never ca
 constexpr int64 kRetryStartUs = 5 * USECS_PER_SEC;     // start it again after this
 constexpr int64 kSliceUs = 2 * USECS_PER_SEC;  // a worker's turn while databases wait
 constexpr int64 kWaitingPollUs = 100 * 1000;   // look again this soon while some wait
+constexpr int64 kSlotFreeingUs = 1 * USECS_PER_SEC;  // a yielded slot is usable within this
 
 struct DbEntry {
     Oid db;
@@ -147,10 +148,16 @@ bool start_worker(int i) {
 // the worker that has run longest (at least kSliceUs) is asked to hand its
 // slot on after its current round.
 void request_yields_locked(int waiting, TimestampTz now) {
-    for (int i = 0; i < kMaxDbSlots; ++i)
-        if (shared->dbs[i].db != InvalidOid && shared->dbs[i].yield_requested &&
-            shared->dbs[i].state == DbState::Running)
+    for (int i = 0; i < kMaxDbSlots; ++i) {
+        const DbSlot *s = &shared->dbs[i];
+        if (s->db == InvalidOid) continue;
+        // Asked already, or handed its slot on a moment ago (the postmaster
+        // may not have freed the slot yet): no other worker need yield.
+        if ((s->yield_requested && s->state == DbState::Running) ||
+            (s->state == DbState::Idle && s->exit_reason == ExitReason::Yielded &&
+             now - s->waiting_since < kSlotFreeingUs))
             --waiting;
+    }
     while (waiting-- > 0) {
         int best = -1;
         for (int i = 0; i < kMaxDbSlots; ++i) {
