@@ -37,6 +37,7 @@ int add_db_slot_locked(Oid db, TimestampTz now) {
         s->waiting_since = 0;
         s->yield_requested = false;
         s->errors = 0;
+        s->last_expiry = 0;
         s->nnotify = 0;
         s->notify_all = false;
         pg_atomic_write_u32(&s->notify_pending, 0);

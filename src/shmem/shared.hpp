@@ -59,6 +59,9 @@ struct DbSlot {
     TimestampTz waiting_since;
     bool yield_requested;
     uint64 errors;             // rounds that failed and were rolled back
+    // Expired claims are counted up to here (kept across the worker
+    // processes that take turns; 0: none counted yet).
+    TimestampTz last_expiry;
     // Queues that producers made ready since the worker's last NOTIFY.
     slock_t mutex;
     int nnotify;

@@ -155,6 +155,7 @@ void loop_once() {
     MemoryContextSwitchTo(old);
     MemoryContextReset(loop_cxt);
     last_expiry = expiry;
+    if (duties) slot->last_expiry = expiry;
     next_due = due;
     backoff_us = 0;
     if (duties) ++duty_rounds;
@@ -232,6 +233,7 @@ void pgclaim_worker_main(Datum arg) {
     error_cxt = AllocSetContextCreate(TopMemoryContext, "pg_claim worker error",
                                       ALLOCSET_SMALL_SIZES);
     slot = &shared->dbs[my_slot];
+    if (slot->last_expiry != 0) last_expiry = slot->last_expiry;
     for (;;) {
         PG_TRY();
         {

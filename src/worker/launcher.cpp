@@ -41,6 +41,7 @@ constexpr int64 kStartTimeoutUs = 10 * USECS_PER_SEC;  // a worker that never ca
 constexpr int64 kRetryStartUs = 5 * USECS_PER_SEC;     // start it again after this
 constexpr int64 kSliceUs = 2 * USECS_PER_SEC;  // a worker's turn while databases wait
 constexpr int64 kWaitingPollUs = 100 * 1000;   // look again this soon while some wait
+constexpr int64 kSharingLogEveryUs = 3600 * USECS_PER_SEC;  // log that databases wait at most this often
 constexpr int64 kSlotFreeingUs = 1 * USECS_PER_SEC;  // a yielded slot is usable within this
 
 struct DbEntry {
@@ -51,7 +52,7 @@ struct DbEntry {
 BackgroundWorkerHandle *handles[kMaxDbSlots];
 NameData slot_names[kMaxDbSlots];
 bool warned_no_slot = false;
-bool sharing = false;       // databases wait for a slot (logged once per episode)
+TimestampTz sharing_logged = 0;  // when the launcher last logged that databases wait
 
 void launcher_exit(int, Datum) {
     if (shared == nullptr) return;
@@ -262,8 +263,8 @@ TimestampTz start_due_workers(TimestampTz now) {
         LWLockAcquire(shared->lock, LW_EXCLUSIVE);
         request_yields_locked(waiting, now);
         LWLockRelease(shared->lock);
-        if (!sharing) {
-            sharing = true;
+        if (now - sharing_logged >= kSharingLogEveryUs) {
+            sharing_logged = now;
             ereport(LOG,
                     (errmsg("pg_claim launcher: %d database(s) wait for a worker slot, the "
                             "databases take turns",
@@ -275,8 +276,6 @@ TimestampTz start_due_workers(TimestampTz now) {
         // A worker that hands its slot on wakes the launcher as it ends; the
         // postmaster frees the slot a moment later.
         if (now + kWaitingPollUs < next) next = now + kWaitingPollUs;
-    } else {
-        sharing = false;
     }
     return next;
 }
