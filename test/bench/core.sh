@@ -3,8 +3,8 @@
 # once, how claim + complete keeps its rate from 16 to 128 clients, and an empty poll under a
 # pinned snapshot. One throwaway cluster, every figure beside its baseline from the same run.
 #
-#   bash test/bench/core.sh             15 s windows, 1M backlog (~9 min on 2 cores)
-#   QUICK=1 bash test/bench/core.sh     5 s windows, 200k backlog, one window per side (~4 min)
+#   bash test/bench/core.sh             15 s windows, 1M backlog (~5 min on 2 cores)
+#   QUICK=1 bash test/bench/core.sh     5 s windows, 200k backlog, one window per client count (~1.5 min)
 #
 # 1. pg_locks census: rows with fastpath = false that a claimer's backend holds after
 #    BEGIN; claim_next(q, n => 500), and claim.lock_table().held; the same after n => 1; baseline:
