@@ -7,18 +7,15 @@
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
+#include "pg/worker_txn.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"
-#include "catalog/pg_extension.h"
-#include "commands/extension.h"
 #include "common/hashfn.h"
 #include "pgstat.h"
-#include "storage/lmgr.h"
 #include "utils/lsyscache.h"
-#include "utils/snapmgr.h"
 }
 
 namespace pgclaim::worker {
@@ -207,33 +204,18 @@ void send_notifies(DbSlot *slot, const ReadyList *ready) {
     pg::free_result();
 }
 
-// The extension may be dropped concurrently: hold its object lock while
-// working, and look again once we have it.
-bool lock_extension() {
-    Oid ext = get_extension_oid("pg_claim", true);
-    if (OidIsValid(ext)) {
-        LockDatabaseObject(ExtensionRelationId, ext, 0, AccessShareLock);
-        ext = get_extension_oid("pg_claim", true);
-    }
-    return OidIsValid(ext);
-}
-
 }  // namespace
 
 bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz *next) {
     // In the caller's context: it outlives the duties' transaction.
     ReadyList *ready = (ReadyList *)palloc(sizeof(ReadyList));
     ready->n = 0;
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    SPI_connect();
-    PushActiveSnapshot(GetTransactionSnapshot());
-    pgstat_report_activity(STATE_RUNNING, duties ? "pg_claim worker: expiry, schedules, wake-ups"
-                                                 : "pg_claim worker: notify");
-    if (!lock_extension()) {
-        PopActiveSnapshot();
-        SPI_finish();
-        CommitTransactionCommand();
+    pg::worker_txn_begin(duties ? "pg_claim worker: expiry, schedules, wake-ups"
+                                : "pg_claim worker: wake-ups");
+    // The extension may be dropped concurrently: hold its object lock while
+    // working, and look again once we have it.
+    if (!pg::lock_extension()) {
+        pg::worker_txn_commit();
         pgstat_report_activity(STATE_IDLE, nullptr);
         return false;
     }
@@ -271,23 +253,15 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
     for (int i = 0; i < ready->n; ++i)
         notify_ready(WaitKind::Queue, ready->q[i].queue_id, ready->q[i].count);
 
-    PopActiveSnapshot();
-    SPI_finish();
-    CommitTransactionCommand();
+    pg::worker_txn_commit();
 
     // The NOTIFYs in a transaction of their own: a full NOTIFY queue fails
     // only this one (at its commit), never the duties committed above.
     // Producers set notify_pending after adding their queues.
     if (guc_notify && (ready->n > 0 || pg_atomic_read_u32(&slot->notify_pending) != 0)) {
-        SetCurrentStatementStartTimestamp();
-        StartTransactionCommand();
-        SPI_connect();
-        PushActiveSnapshot(GetTransactionSnapshot());
-        pgstat_report_activity(STATE_RUNNING, "pg_claim worker: notify");
+        pg::worker_txn_begin("pg_claim worker: notify");
         send_notifies(slot, ready);
-        PopActiveSnapshot();
-        SPI_finish();
-        CommitTransactionCommand();
+        pg::worker_txn_commit();
     }
     pgstat_report_stat(false);
     pgstat_report_activity(STATE_IDLE, nullptr);
