@@ -242,6 +242,11 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     bool check_due = true;
     pg::call_core([&] { check_due = api::promote_schedule().due(q.queue_id, now); });
     if (check_due) api::promote_due(q.queue_id, now);
+    // An empty queue whose emptiness nothing has changed since: no walk.
+    if (api::queue_seen_empty(q.queue_id, now)) {
+        limits_done(q, lim, 0);
+        return 0;
+    }
 
     api::ReadyWalk w;
     api::walk_begin(&w, q.queue_id, q.max_attempts, now);
@@ -260,6 +265,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     direct::ReadyScan *scan =
         direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true, scan_snap);
     bool exhausted = false;
+    bool met_any = false;  // a ready item, claimed or not, was seen
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -276,6 +282,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 exhausted = true;
                 break;
             }
+            met_any = true;
             CHECK_FOR_INTERRUPTS();
             direct::ClaimRow c{};
             bool has = direct::claim_of(t, id, scan_snap, &c);
@@ -340,6 +347,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     direct::release(scan_snap);
     direct::close(t);
     pg::wal_forget(wal);
+    // The walk started at the head and met nothing: the queue was empty at
+    // `now` (taken before the snapshot of the walk).
+    if (!met_any && w.from_head) api::remember_empty(q.queue_id, now);
     // Later statements of this transaction (and SPI below) see the claims.
     if (claimed > 0) CommandCounterIncrement();
     api::walk_end(&w);

@@ -29,6 +29,51 @@ void promote_due(int32 queue_id, TimestampTz now) {
     });
 }
 
+namespace {
+// At most this long after an empty scan another is skipped: the bound on
+// what a path that makes items ready without a notification would delay.
+constexpr int64 kEmptyUs = 100 * 1000;
+constexpr int kEmptySlots = 16;
+struct EmptyMemo {
+    Oid install;
+    int32 queue_id;
+    TimestampTz since;  // 0: unused
+};
+EmptyMemo empty_memo[kEmptySlots];
+
+EmptyMemo *memo_of(int32 queue_id) {
+    Oid install = pg::direct::items_relid();
+    for (EmptyMemo &m : empty_memo)
+        if (m.since != 0 && m.queue_id == queue_id && m.install == install) return &m;
+    return nullptr;
+}
+}  // namespace
+
+bool queue_seen_empty(int32 queue_id, TimestampTz now) {
+    EmptyMemo *m = memo_of(queue_id);
+    if (m == nullptr) return false;
+    if (now - m->since < kEmptyUs && now >= m->since &&
+        shmem::queue_quiet_since(queue_id, m->since))
+        return true;
+    m->since = 0;
+    return false;
+}
+
+void remember_empty(int32 queue_id, TimestampTz scan_start) {
+    if (!shmem::preloaded()) return;
+    EmptyMemo *m = memo_of(queue_id);
+    if (m == nullptr) {
+        m = &empty_memo[0];
+        for (EmptyMemo &e : empty_memo)
+            if (e.since == 0 || e.since < m->since) m = &e;  // a free or the oldest
+    }
+    *m = EmptyMemo{pg::direct::items_relid(), queue_id, scan_start};
+}
+
+void forget_empty(int32 queue_id) {
+    if (EmptyMemo *m = memo_of(queue_id)) m->since = 0;
+}
+
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now) {
     w->queue_id = queue_id;
     w->max_attempts = max_attempts;

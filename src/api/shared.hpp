@@ -97,6 +97,17 @@ struct ReadyWalk {
     bool advanced;  // the hint moved past an item this walk claimed
 };
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
+
+// Empty queues. A claim scan that met no ready item at all (not even a
+// claimed one) remembers when it started; for a short while after (kEmptyUs),
+// while no transaction has made items of the queue ready since (every path
+// that does calls shmem::notify_ready, which stamps the queue at commit), the
+// next scans of this backend are skipped. An empty queue polled under a long
+// snapshot then costs no walk over the rows that snapshot keeps alive. With
+// the preload only.
+bool queue_seen_empty(int32 queue_id, TimestampTz now);
+void remember_empty(int32 queue_id, TimestampTz scan_start);
+void forget_empty(int32 queue_id);
 // One visible ready item at `pos` and its claim row (has_claim, lease_until,
 // attempt). True when it may be claimed: no live claim and attempts left.
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);

@@ -423,6 +423,14 @@ void queues_changed_at_commit() {
     pending_changes_bump = true;
 }
 
+bool queue_quiet_since(int32 queue_id, TimestampTz since) {
+    if (shared == nullptr || !OidIsValid(MyDatabaseId)) return false;
+    uint32 b = bucket_of(MyDatabaseId, (int)WaitKind::Queue, queue_id);
+    pg_memory_barrier();
+    return (int64)pg_atomic_read_u64(&shared->stamps[b]) < since &&
+           (int64)pg_atomic_read_u64(&shared->wake_all_stamp) < since;
+}
+
 uint64 queue_changes() {
     return shared == nullptr ? 0 : pg_atomic_read_u64(&shared->queue_changes);
 }

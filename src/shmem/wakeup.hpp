@@ -67,6 +67,11 @@ void wake_all_waiters();
 void queues_changed_at_commit();
 uint64 queue_changes();
 
+// Has no transaction made items of the queue ready (notify_ready) since
+// `since`, and nobody woken every waiter? False without the preload. Never
+// raises.
+bool queue_quiet_since(int32 queue_id, TimestampTz since);
+
 // True when the library was preloaded (shared memory and worker available).
 bool preloaded();
 
