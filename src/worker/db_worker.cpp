@@ -155,7 +155,6 @@ void loop_once() {
     MemoryContextSwitchTo(old);
     MemoryContextReset(loop_cxt);
     last_expiry = expiry;
-    if (duties) slot->last_expiry = expiry;
     next_due = due;
     backoff_us = 0;
     if (duties) ++duty_rounds;
@@ -177,8 +176,8 @@ void loop_once() {
 
 // The error handler of the loop, as PostgreSQL's own auxiliary processes
 // do it: roll back, clean up, log one line, back off. The round's work is
-// done again by a later round (expiry looks again from where the failed
-// round began).
+// done again by a later round (expiry looks again from where the last
+// committed round left it).
 void recover_from_error() {
     HOLD_INTERRUPTS();
     MemoryContextSwitchTo(error_cxt);
@@ -192,7 +191,9 @@ void recover_from_error() {
     MemoryContextSwitchTo(error_cxt);
     MemoryContextReset(loop_cxt);
     pgstat_report_activity(STATE_IDLE, nullptr);
-    last_expiry = round_expiry;
+    // Where the last committed round left expiry (the NOTIFYs may have
+    // failed after the duties committed).
+    last_expiry = slot->last_expiry != 0 ? slot->last_expiry : round_expiry;
     next_due = 0;
     backoff_us = backoff_us == 0 ? kFirstBackoffUs
                                  : (backoff_us * 2 > kMaxBackoffUs ? kMaxBackoffUs : backoff_us * 2);

@@ -221,6 +221,7 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
     }
 
     TimestampTz now = GetCurrentTimestamp();
+    int64 counts[3] = {0, 0, 0};  // promoted, expired, killed: counted once committed
     if (duties) {
         *next = now + (int64)guc_worker_naptime_ms * 1000;
         // Scheduled items that are due become ready.
@@ -243,10 +244,9 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         earliest(next, 1);
         earliest(next, 2);
         pg::free_result();
-        slot->cycles++;
-        slot->promoted += promoted;
-        slot->expired += expired;
-        slot->killed += killed;
+        counts[0] = promoted;
+        counts[1] = expired;
+        counts[2] = killed;
     }
 
     // Waiters are woken when this transaction commits (shmem/wakeup.cpp).
@@ -254,6 +254,13 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         notify_ready(WaitKind::Queue, ready->q[i].queue_id, ready->q[i].count);
 
     pg::worker_txn_commit();
+    if (duties) {
+        slot->last_expiry = *last_expiry;  // the next worker of this database goes on from here
+        slot->cycles++;
+        slot->promoted += counts[0];
+        slot->expired += counts[1];
+        slot->killed += counts[2];
+    }
 
     // The NOTIFYs in a transaction of their own: a full NOTIFY queue fails
     // only this one (at its commit), never the duties committed above.
