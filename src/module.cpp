@@ -5,6 +5,8 @@
 #include "pg/xact_locks.hpp"
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
+#include "shmem/metrics.hpp"
+#include "shmem/rates.hpp"
 #include "shmem/shared.hpp"
 #include "worker/worker.hpp"
 
@@ -81,6 +83,21 @@ void define_shmem_gucs() {
         "lease_acquire announces its grant in shared memory until its transaction ends. An "
         "acquire that would need one more entry fails with 53400.",
         &guc_max_lease_grants, 1024, 64, 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_rate_keys",
+        "How many rate-limited keys (a queue, or a group of a queue with a per-group rate) "
+        "shared memory keeps, in all databases together.",
+        "A key whose rate has fully recovered gives its entry up. A claim that needs a new key "
+        "while every entry holds a busy one fails with 53400.",
+        &guc_max_rate_keys, 4096, 64, 16 * 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.max_metric_queues",
+        "How many queues claim.metrics() counts, in all databases together.",
+        "A queue counted first when every slot is taken is not counted: its counters read NULL "
+        "and claim.metrics() reports the dropped counts.",
+        &guc_max_metric_queues, 4096, 64, 1024 * 1024, PGC_POSTMASTER, 0, nullptr, nullptr,
         nullptr);
 }
 

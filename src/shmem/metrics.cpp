@@ -13,6 +13,8 @@ extern "C" {
 
 namespace pgclaim::shmem {
 
+int guc_max_metric_queues = 4096;
+
 namespace {
 
 // A key and the counters. Key 0 is a free slot; a key is never given back
@@ -27,7 +29,7 @@ struct MetricSlot {
 
 struct MetricTable {
     pg_atomic_uint64 untracked;
-    MetricSlot slots[kMetricSlots];
+    MetricSlot slots[FLEXIBLE_ARRAY_MEMBER];  // guc_max_metric_queues
 };
 
 MetricTable *table = nullptr;
@@ -48,8 +50,8 @@ MetricSlot *slot_of(int32 queue_id, bool take) {
     uint64 key = key_of(queue_id);
     if (key == last_key && last_slot != nullptr) return last_slot;
     uint32 h = (uint32)(hash_bytes_uint32((uint32)queue_id) ^ hash_bytes_uint32(MyDatabaseId));
-    for (int i = 0; i < kMetricSlots; ++i) {
-        MetricSlot *s = &table->slots[(h + (uint32)i) % kMetricSlots];
+    for (int i = 0; i < guc_max_metric_queues; ++i) {
+        MetricSlot *s = &table->slots[(h + (uint32)i) % (uint32)guc_max_metric_queues];
         uint64 k = pg_atomic_read_u64(&s->key);
         if (k == 0) {
             if (!take) return nullptr;
@@ -114,14 +116,16 @@ int64 metrics_untracked() {
     return table == nullptr ? 0 : (int64)pg_atomic_read_u64(&table->untracked);
 }
 
-Size metrics_shmem_size() { return sizeof(MetricTable); }
+Size metrics_shmem_size() {
+    return add_size(offsetof(MetricTable, slots), mul_size(sizeof(MetricSlot), guc_max_metric_queues));
+}
 
 void metrics_shmem_init() {
     bool found;
     table = (MetricTable *)ShmemInitStruct("pg_claim metrics", metrics_shmem_size(), &found);
     if (!found) {
         pg_atomic_init_u64(&table->untracked, 0);
-        for (int i = 0; i < kMetricSlots; ++i) {
+        for (int i = 0; i < guc_max_metric_queues; ++i) {
             pg_atomic_init_u64(&table->slots[i].key, 0);
             pg_atomic_init_u32(&table->slots[i].items, 0);
             for (int j = 0; j < kMetricCount; ++j) pg_atomic_init_u64(&table->slots[i].c[j], 0);

@@ -1,6 +1,6 @@
 // Per-queue counters since server start, in shared memory (claim.metrics()).
 //
-// A fixed table of kMetricSlots slots, each keyed by (database, queue id)
+// A table of pg_claim.max_metric_queues slots, each keyed by (database, queue id)
 // and holding one 64-bit atomic per counter. A slot is taken, lock-free, by
 // the first count for its queue (compare-and-swap of its key, linear
 // probing); counting is then one atomic add, with no lock and no table
@@ -31,7 +31,7 @@ enum class Metric : int {
     Cancelled,     // items cancelled by claim.cancel (waiting children included)
 };
 inline constexpr int kMetricCount = 7;
-inline constexpr int kMetricSlots = 4096;
+extern int guc_max_metric_queues;  // slots (pg_claim.max_metric_queues)
 
 // Adds n to the queue's counter in this database.
 void count(int32 queue_id, Metric m, int64 n = 1);

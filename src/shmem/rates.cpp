@@ -1,103 +1,85 @@
 // Rate limits in shared memory; see rates.hpp.
 #include "shmem/rates.hpp"
 
+#include "shmem/txn_table.hpp"
 #include "shmem/wakeup.hpp"
-
-extern "C" {
-#include "common/hashfn.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
-}
 
 namespace pgclaim::shmem {
 
+int guc_max_rate_keys = 4096;
+
 namespace {
 
-// How far from its home slot a key may be placed.
-constexpr int kProbe = 32;
-
-struct RateEntry {
+struct RateKey {
     Oid db;
     Oid install;  // claim.items of the installation (queue ids restart with it)
     int32 queue_id;
+    uint32 pad;  // 0: keys are compared as bytes
     uint64 group;
-    int64 tat;  // 0: unused
 };
 
-struct RateTable {
-    slock_t mutex;
-    RateEntry entries[kRateEntries];
+struct RateEntry {
+    RateKey key;
+    int64 tat;  // the GCRA's theoretical arrival time; idle once it passed
 };
 
-RateTable *table = nullptr;
+TxnTable table = {"pg_claim rates", "rate-limited keys", "pg_claim.max_rate_keys",
+                  sizeof(RateKey), sizeof(RateEntry), &guc_max_rate_keys, nullptr, nullptr};
 
-uint32 home_of(Oid db, Oid install, int32 queue_id, uint64 group) {
-    uint64 h = hash_combine64(hash_uint32(db), (uint64)queue_id * UINT64CONST(0x9E3779B97F4A7C15));
-    h = hash_combine64(h, install);
-    return (uint32)(hash_combine64(h, group) % kRateEntries);
+RateKey key_of(Oid install, int32 queue_id, uint64 group) {
+    RateKey k;
+    memset(&k, 0, sizeof(k));
+    k.db = MyDatabaseId;
+    k.install = install;
+    k.queue_id = queue_id;
+    k.group = group;
+    return k;
 }
 
-// The entry of the key, or a free one for it (caller holds the mutex);
-// nullptr when every slot within reach is held by a busy key.
-RateEntry *find(Oid db, Oid install, int32 queue_id, uint64 group, int64 now, bool create) {
-    uint32 home = home_of(db, install, queue_id, group);
-    RateEntry *free_slot = nullptr;
-    for (int i = 0; i < kProbe; ++i) {
-        RateEntry *e = &table->entries[(home + i) % kRateEntries];
-        if (e->tat != 0 && e->db == db && e->install == install && e->queue_id == queue_id &&
-            e->group == group)
-            return e;
-        if (free_slot == nullptr && (e->tat == 0 || e->tat <= now)) free_slot = e;
-    }
-    if (!create || free_slot == nullptr) return nullptr;
-    free_slot->db = db;
-    free_slot->install = install;
-    free_slot->queue_id = queue_id;
-    free_slot->group = group;
-    free_slot->tat = 0;
-    return free_slot;
+// Caller holds the lock. Keys whose timestamp has passed carry no state
+// (a new entry behaves the same): they go, to make room.
+void drop_idle(int64 now) {
+    HASH_SEQ_STATUS st;
+    hash_seq_init(&st, table.htab);
+    RateEntry *e;
+    while ((e = (RateEntry *)hash_seq_search(&st)) != nullptr)
+        if (e->tat <= now) hash_search(table.htab, &e->key, HASH_REMOVE, nullptr);
 }
 
 }  // namespace
 
-Size rates_shmem_size() { return sizeof(RateTable); }
-
-void rates_shmem_init() {
-    bool found;
-    table = (RateTable *)ShmemInitStruct("pg_claim rates", rates_shmem_size(), &found);
-    if (!found) {
-        memset((void *)table, 0, sizeof(RateTable));
-        SpinLockInit(&table->mutex);
-    }
-}
+Size rates_shmem_size() { return txn_table_shmem_size(table); }
+void rates_shmem_request() { txn_table_request(table); }
+void rates_shmem_init() { txn_table_init(table); }
 
 int rate_take(Oid install, int32 queue_id, uint64 group, const RateRule &rule, int want,
               TimestampTz now, TimestampTz *next_at) {
-    if (table == nullptr)
+    if (table.htab == nullptr)
         pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                    "Add pg_claim to shared_preload_libraries and restart the server."},
                   "rate limits of queues need the preloaded pg_claim library");
-    int granted = 0;
-    int64 tat = 0;
-    SpinLockAcquire(&table->mutex);
-    RateEntry *e = find(MyDatabaseId, install, queue_id, group, now, true);
-    if (e != nullptr) {
-        granted = pgclaim::rate_take(&e->tat, now, rule, want);
-        if (e->tat == 0) e->tat = 1;  // taken by this key even when nothing was granted
-        tat = e->tat;
+    RateKey k = key_of(install, queue_id, group);
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    auto *e = (RateEntry *)txn_table_find(table, &k, false);
+    if (e == nullptr) {
+        if (hash_get_num_entries(table.htab) >= guc_max_rate_keys) drop_idle(now);
+        e = (RateEntry *)txn_table_find(table, &k, true);  // 53400 when still full
     }
-    SpinLockRelease(&table->mutex);
-    if (granted < want)
-        *next_at = e != nullptr ? pgclaim::rate_next_at(tat, now, rule) : now + rule.interval_us;
+    int granted = pgclaim::rate_take(&e->tat, now, rule, want);
+    if (e->tat == 0) e->tat = 1;  // a key of its own even when nothing was granted
+    int64 tat = e->tat;
+    LWLockRelease(table.lock);
+    if (granted < want) *next_at = pgclaim::rate_next_at(tat, now, rule);
     return granted;
 }
 
 void rate_give_back(Oid install, int32 queue_id, uint64 group, const RateRule &rule, int n) {
-    if (table == nullptr || n <= 0) return;
-    SpinLockAcquire(&table->mutex);
-    RateEntry *e = find(MyDatabaseId, install, queue_id, group, 0, false);
+    if (table.htab == nullptr || n <= 0) return;
+    RateKey k = key_of(install, queue_id, group);
+    LWLockAcquire(table.lock, LW_EXCLUSIVE);
+    auto *e = (RateEntry *)txn_table_find(table, &k, false);
     if (e != nullptr) pgclaim::rate_give_back(&e->tat, rule, n);
-    SpinLockRelease(&table->mutex);
+    LWLockRelease(table.lock);
 }
 
 }  // namespace pgclaim::shmem

@@ -1,5 +1,6 @@
 // Rate limits across all backends: one GCRA timestamp (core/rate_limit.hpp)
-// per (database, queue, group) in a fixed table of shared memory.
+// per (database, queue, group) in a table of shared memory (PostgreSQL's
+// shared hash, see txn_table.hpp).
 #pragma once
 
 #include "core/rate_limit.hpp"
@@ -7,12 +8,15 @@
 
 namespace pgclaim::shmem {
 
-// Entries of the table. A key that is idle (its timestamp passed) frees its
-// entry for another; when every entry near a key's place is busy, nothing
-// is granted for it until one frees (the limit is never overshot).
-inline constexpr int kRateEntries = 4096;
+// Entries of the table: (database, queue, group) keys with a rate, in all
+// databases (pg_claim.max_rate_keys). A key that is idle (its timestamp
+// passed) gives its entry up to another; when every entry holds a busy key,
+// a claim that needs a new one fails with 53400 (the limit is never
+// overshot).
+extern int guc_max_rate_keys;
 
 Size rates_shmem_size();
+void rates_shmem_request();
 void rates_shmem_init();
 
 // Takes up to `want` claims for (queue, group) at `now` (group 0: the whole

@@ -49,6 +49,7 @@ void shmem_request() {
     RequestAddinShmemSpace(pg::xact_locks_shmem_size());
     pg::xact_locks_shmem_request();
     lease_grants_shmem_request();
+    rates_shmem_request();
     RequestAddinShmemSpace(drops_shmem_size());
     claim_slots_shmem_request();
 }
