@@ -1,6 +1,6 @@
 # pg_claim's lock table in shared memory (src/pg/xact_locks.cpp):
 #  * when it is full, a claim fails with 53400 and a hint, and nothing is
-#    half-claimed;
+#    half-claimed; so does the table of rate-limited keys;
 #  * a prepared transaction keeps the items it claimed or completed locked
 #    until COMMIT/ROLLBACK PREPARED, also across a restart of the server
 #    (the table is rebuilt from the prepared transactions' locks);
@@ -20,6 +20,7 @@ $node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'pg_claim'
 max_prepared_transactions = 5
 pg_claim.max_xact_locks = 1024
+pg_claim.max_rate_keys = 64
 });
 $node->start;
 $node->safe_psql('postgres', q{
@@ -45,6 +46,23 @@ is($node->safe_psql('postgres', 'SELECT in_use FROM claim.lock_table()'), '0',
 	'the failed transaction gave every entry back');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.claim_next('big', n => 1000)}), '1000',
 	'a claim that fits succeeds');
+
+# --- a full table of rate keys: 53400, nothing claimed
+$node->safe_psql('postgres', q{
+	SELECT claim.create_queue('rated', lease => '1 hour', rate => 1, rate_per => '1 hour',
+	                          rate_per_group => true);
+	SELECT claim.enqueue('rated', '{}', group_key => 'g' || g) FROM generate_series(1, 100) g;
+});
+($out, $err) = ('', '');
+$node->psql('postgres', q{SELECT count(*) FROM claim.claim_next('rated', n => 100)},
+	stdout => \$out, stderr => \$err, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/ERROR:\s+53400: pg_claim's table of rate-limited keys is full/,
+	'a claim that needs more rate keys than the table holds fails with 53400');
+like($err, qr/HINT:\s+Raise the setting/, 'with a hint');
+is($node->safe_psql('postgres', q{SELECT claimed FROM claim.queue_stats WHERE queue = 'rated'}), '0',
+	'nothing of it was claimed');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.claim_next('big', n => 10)}), '10',
+	'queues without a rate claim as before');
 
 # --- a prepared claim survives a restart
 $node->safe_psql('postgres', q{
