@@ -106,10 +106,12 @@ test('the worker stops at once on a missing queue, and when its queue is dropped
   const q = uniqueName('node_drop');
   await client.createQueue(q);
   const worker = new Worker({ connectionString: DSN, queue: q, concurrency: 2, wait: 300, logger: quiet, handler: async () => {} });
-  const running = worker.run();
+  // The rejection may come before dropQueue returns (a waiting claim ends as
+  // soon as the drop is announced): the handler is attached first.
+  const stopped = assert.rejects(worker.run(), UnknownQueueError);
   await sleep(500);
   await client.dropQueue(q);
-  await assert.rejects(running, UnknownQueueError);
+  await stopped;
 });
 
 test('the worker stops at once without a grant, and without the extension', async (t) => {
