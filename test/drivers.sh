@@ -96,6 +96,9 @@ fi
 
 SCRATCH="$(mktemp -d /tmp/pg_claim-drivers.XXXXXX)"
 chmod 755 "$SCRATCH"
+# Commands run as the unprivileged user start where that user may be (a
+# checkout under /root is not): the compilers (go build) need their cwd.
+cd "$SCRATCH" || exit 1
 PGDATA="$SCRATCH/data"
 as_user() { runuser -u "$RUN_USER" -- env HOME="$SCRATCH/home" PATH="$PG_BIN:$PATH" "$@"; }
 cleanup() {
