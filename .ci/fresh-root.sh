@@ -30,6 +30,14 @@ base=$cache/$suite-minbase.tgz
 skip() { echo "fresh-root: skipped: $*"; exit 3; }
 
 [[ $(id -u) == 0 ]] || skip "not root (debootstrap, chroot and mounts need root)"
+mkdir -p "$cache" || skip "cannot create $cache"
+# git clones the committed HEAD into the root (a fresh machine may lack it).
+if ! command -v git >/dev/null; then
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends git ca-certificates; } \
+        </dev/null >"$cache/git-install.log" 2>&1 ||
+        skip "git is not installed and apt-get could not install it (see $cache/git-install.log)"
+fi
 git -C "$top" rev-parse --verify -q HEAD >/dev/null || skip "$top is not a git checkout with a commit"
 mkdir -p "$cache" || skip "cannot create $cache"
 
