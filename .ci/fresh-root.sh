@@ -39,7 +39,6 @@ if ! command -v git >/dev/null; then
         skip "git is not installed and apt-get could not install it (see $cache/git-install.log)"
 fi
 git -C "$top" rev-parse --verify -q HEAD >/dev/null || skip "$top is not a git checkout with a commit"
-mkdir -p "$cache" || skip "cannot create $cache"
 
 if [[ ! -s $base ]]; then
     if ! command -v debootstrap >/dev/null; then

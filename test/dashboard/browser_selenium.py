@@ -25,9 +25,9 @@ import urllib.parse
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 env = os.environ
@@ -109,11 +109,27 @@ def screenshot(name):
     driver.set_window_size(WIDTH, 900)
 
 
+def detached(element):
+    """The element left the document (the page was replaced). ChromeDriver
+    reports a node of a replaced document either as stale or, while the new
+    one loads, as an inspector error about a node that does not belong to
+    the document: both mean it is gone."""
+    try:
+        element.is_enabled()
+        return False
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+
+
 def submit(css):
     """Clicks a button that posts a form and waits for the page that follows."""
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, css).click()
-    WebDriverWait(driver, 30).until(EC.staleness_of(old))
+    WebDriverWait(driver, 30).until(lambda d: detached(old))
     WebDriverWait(driver, 30).until(
         lambda d: d.execute_script("return document.readyState") == "complete")
 
@@ -172,7 +188,7 @@ try:
     if links:
         old = driver.find_element(By.TAG_NAME, "html")
         links[0].click()
-        WebDriverWait(driver, 30).until(EC.staleness_of(old))
+        WebDriverWait(driver, 30).until(lambda d: detached(old))
     check(f"depth chart of queue {env['DEAD_QUEUE']} alone",
           links and attr(depth_ready, "data-last") == cell(env["DEAD_QUEUE"], "ready"),
           f"{attr(depth_ready, 'data-last')} vs {cell(env['DEAD_QUEUE'], 'ready')}")
