@@ -263,6 +263,14 @@ COMMENT ON FUNCTION claim.lock_table() IS
     'held: items and lease slots this transaction holds locked; in_use and capacity: the whole lock table (NULL without the preload)';
 
 -- ===========================================================================
+-- Fair share between keys inside a queue (docs/fairness.md)
+-- ===========================================================================
+
+-- ===========================================================================
+-- Spread queues (docs/partitions.md)
+-- ===========================================================================
+
+-- ===========================================================================
 -- Backup and restore: what pg_dump keeps
 -- (kept last, so it also covers the tables this script creates above)
 -- ===========================================================================
