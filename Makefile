@@ -23,9 +23,14 @@ OBJS = $(SRCS:.cpp=.o)
 DATA         = sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql
 DATA_built   = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql
 
-# Regression inputs test/sql/*.sql, outputs test/expected/*.out.
+# Regression inputs test/sql/*.sql, expected outputs expected/*.out (top
+# level). pg_regress looks for expected/NAME.out in its output directory
+# first and in its input directory second, so with --outputdir=. it reads
+# ./expected while the inputs come from --inputdir=test (test/sql). Results
+# land in ./results.
 REGRESS      = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf --inputdir=test \
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=test/regress.conf \
+               --inputdir=test --outputdir=. \
                --encoding=UTF8 --no-locale
 
 ISOLATION      = $(sort $(patsubst test/isolation/specs/%.spec,%,$(wildcard test/isolation/specs/*.spec)))

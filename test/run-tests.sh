@@ -8,7 +8,7 @@
 # 2. Copies the built tree to a scratch directory owned by pgclaim, so the
 #    checkout stays untouched and the servers never run as root.
 # 3. Runs every layer, each with its own throwaway cluster(s):
-#      regress    pg_regress over the Makefile's REGRESS list (test/sql -> test/expected)
+#      regress    pg_regress over the Makefile's REGRESS list (test/sql -> expected)
 #      isolation  pg_isolation_regress over test/isolation/specs/*.spec
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest

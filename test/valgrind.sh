@@ -17,7 +17,7 @@
 #            --log-file=<dir>/vg.%p.log
 # so every backend, background worker and auxiliary process (all forked from
 # the postmaster) is checked, one log per process. pg_regress then runs the
-# tests in the Makefile's REGRESS list (test/sql, test/expected) against it,
+# tests in the Makefile's REGRESS list (test/sql, expected) against it,
 # and pg_isolation_regress the specs if asked.
 #
 # Checks:
@@ -88,7 +88,7 @@ EOF
 
 # A copy of the tests and the suppressions where the server's user can read them.
 mkdir -p "$CL_DIR/tests" "$CL_DIR/out"
-cp -r "$ROOT/test/sql" "$ROOT/test/expected" "$CL_DIR/tests/"
+cp -r "$ROOT/test/sql" "$ROOT/expected" "$CL_DIR/tests/"
 [[ -d "$ROOT/test/isolation" ]] && cp -r "$ROOT/test/isolation" "$CL_DIR/tests/"
 cp "$SUPP" "$CL_DIR/postgres.supp"
 cat >"$CL_DIR/postgres-vg" <<EOF

@@ -1,6 +1,6 @@
 # The regression files of queues, leases and guards (test/sql) run through a
 # PL/Proxy front (pg_claim_proxy) over four partitions. Their output must
-# equal the expected output of one server (test/expected) except for the
+# equal the expected output of one server (expected/) except for the
 # differences docs/partitions.md lists, recorded hunk by hunk in
 # test/t/proxy_regress/<file>.diff:
 #   * the tables of the extension are not at the front (claim.items, ...);
@@ -112,7 +112,7 @@ for my $f (@files)
 	IPC::Run::run([ 'psql', '-X', '-a', '-q', '-d', $front->connstr($db) ],
 		'<', \$sql, '>&', \$out);
 
-	my $want = normalize(slurp_file("$root/test/expected/$f.out"));
+	my $want = normalize(slurp_file("$root/expected/$f.out"));
 	my $got = normalize($out);
 	my ($wfh, $wname) = tempfile();
 	my ($gfh, $gname) = tempfile();

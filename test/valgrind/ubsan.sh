@@ -93,7 +93,7 @@ cluster_init ubsan <<'EOF'
 max_locks_per_transaction = 256
 EOF
 mkdir -p "$CL_DIR/out"
-cp -r "$SRC/test/sql" "$SRC/test/expected" "$CL_DIR/"
+cp -r "$SRC/test/sql" "$SRC/expected" "$CL_DIR/"
 chown -R "$RUN_USER:" "$CL_DIR"
 if ! as_user env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=0 \
         pg_ctl -D "$CL_DATA" -l "$CL_LOG" -w start >/dev/null; then
