@@ -6,23 +6,9 @@ CREATE EXTENSION pg_claim;
 -- a call that would wait past this is a bug in the argument checks
 SET statement_timeout = '20s';
 
--- Runs a statement; shows "ok: <first column of the first row>" or
--- "<SQLSTATE>: <message>". Control characters in messages show as '?',
--- numbers after "token" or "id" as N, a run of 16 or more equal characters
--- (an echoed oversized argument) as three of them and "...", and a message
--- is cut at 160 characters.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v text;
-BEGIN
-    EXECUTE sql INTO v;
-    RETURN 'ok: ' || coalesce(v, 'NULL');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' ||
-        left(regexp_replace(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
-                                           '(token|id) \d+', '\1 N', 'g'),
-                            '(.)\1{15,}', '\1\1\1...', 'g'), 160);
-END $$;
+-- pg_temp.try (test/sql/include/try_value.sql)
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try_value.sql
 
 -- Tokens of each kind, for the token cases.
 CREATE TEMP TABLE t (k text PRIMARY KEY, v bigint);
@@ -429,18 +415,7 @@ SELECT token AS other_token FROM claim.claim_next('q') \gset
 SELECT claim.lease_acquire('lk', '1 minute') AS other_lease \gset
 \c :main_db
 SET statement_timeout = '20s';
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v text;
-BEGIN
-    EXECUTE sql INTO v;
-    RETURN 'ok: ' || coalesce(v, 'NULL');
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' ||
-        left(regexp_replace(regexp_replace(regexp_replace(SQLERRM, '[\x01-\x1f\x7f]', '?', 'g'),
-                                           '(token|id) \d+', '\1 N', 'g'),
-                            '(.)\1{15,}', '\1\1\1...', 'g'), 160);
-END $$;
+\i :abs_srcdir/sql/include/try_value.sql
 SELECT pg_temp.try('SELECT claim.complete(' || :other_token || '::bigint)');
 SELECT pg_temp.try('SELECT claim.assert_token(' || :other_token || ')');
 SELECT pg_temp.try('SELECT claim.lease_assert(''lk'', ' || :other_lease || ')');

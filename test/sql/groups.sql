@@ -3,14 +3,8 @@
 -- the queries show payloads, counts and booleans.
 CREATE EXTENSION pg_claim;
 
--- Runs a statement and shows its SQLSTATE and message instead of failing.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'token \d+', 'token N');
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- The last non-empty claim of this session, kept to act on its token.
 CREATE TEMP TABLE got (id bigint, token bigint, group_key text, payload jsonb, attempt int);

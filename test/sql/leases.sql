@@ -3,19 +3,10 @@
 -- show booleans and relative values only.
 CREATE EXTENSION pg_claim;
 
--- Runs a statement and shows its SQLSTATE and message instead of failing.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    -- token numbers depend on what ran before: hide them
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'token \d+', 'token N');
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
-CREATE TEMP TABLE t (k text PRIMARY KEY, token bigint);
-CREATE FUNCTION pg_temp.tok(k text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT token FROM t WHERE t.k = $1 $$;
+\i :abs_srcdir/sql/include/tokens.sql
 
 -- ------------------------------------------------------------------ a mutex
 INSERT INTO t SELECT 'm1', claim.lease_acquire('orders:42', '30 seconds', holder => 'worker-a');

@@ -3,13 +3,8 @@
 -- alter_queue; every error they raise.
 CREATE EXTENSION pg_claim;
 
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '(token|item|tokens) \d+', '\1 N', 'g');
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- ---------------------------------------------------------------- retention
 SELECT claim.create_queue('kept', lease => '1 hour', retain => '1 hour');

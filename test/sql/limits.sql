@@ -2,13 +2,8 @@
 -- enforced at the claim; alter_queue changes them; every error.
 CREATE EXTENSION pg_claim;
 
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- ---------------------------------------------------------------- errors
 SELECT pg_temp.try($$SELECT claim.create_queue('bad', max_active => 0)$$);

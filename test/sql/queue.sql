@@ -1,15 +1,8 @@
 -- Queue core: the whole SQL API and every error it raises.
 CREATE EXTENSION pg_claim;
 
--- Runs a statement and shows its SQLSTATE and message instead of failing.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    -- token numbers depend on what ran before: hide them
-    RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, 'token \d+', 'token N');
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- The schema, not relocatable, not trusted.
 SELECT extname, extrelocatable, n.nspname

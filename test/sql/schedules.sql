@@ -5,13 +5,8 @@
 CREATE EXTENSION pg_claim;
 SET timezone = 'UTC';
 
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- ---------------------------------------------------------------- cron_next
 SELECT claim.cron_next('*/15 * * * *', '2026-01-01 10:07:00+00') AS quarter;

@@ -6,15 +6,8 @@
 CREATE EXTENSION pg_claim;
 SET client_min_messages = warning;
 
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 SELECT claim.partition();
 SELECT min_value, max_value FROM pg_sequences WHERE schemaname = 'claim' AND sequencename = 'token_seq';

@@ -2,13 +2,8 @@
 -- level, its options, and every error it raises when the trigger fires.
 CREATE EXTENSION pg_claim;
 
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-    RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
 
 -- The items of a queue, oldest first.
 CREATE FUNCTION pg_temp.items(q text)

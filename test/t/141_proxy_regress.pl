@@ -23,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Cwd ();
 use File::Basename qw(dirname);
 use File::Temp qw(tempfile);
 use IPC::Run;
@@ -108,6 +109,8 @@ for my $f (@files)
 		  split /^/, slurp_file("$root/test/sql/$f.sql"));
 	my ($out, $err) = ('', '');
 	local $ENV{PGTZ} = 'PST8PDT';
+	# the files include test/sql/include/*.sql as pg_regress runs them
+	local $ENV{PG_ABS_SRCDIR} = Cwd::abs_path("$root/test");
 	local $ENV{PGDATESTYLE} = 'Postgres, MDY';
 	IPC::Run::run([ 'psql', '-X', '-a', '-q', '-d', $front->connstr($db) ],
 		'<', \$sql, '>&', \$out);
