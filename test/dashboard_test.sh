@@ -43,39 +43,27 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
-RUN_USER="${PGCLAIM_USER:-pgclaim}"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 PY=/usr/bin/python3
 ARTIFACTS="$ROOT/test/artifacts"
-PASSED=0
-FAILED=0
-
-say() { printf '==> %s\n' "$*"; }
-check() {  # check NAME EXPECTED ACTUAL
-    if [[ "$2" == "$3" ]]; then
-        PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$1"
-    else
-        FAILED=$((FAILED + 1)); printf 'FAIL  %s: expected %s, got %s\n' "$1" "$2" "${3:-<none>}"
-    fi
+CL_KEEP=${DASHBOARD_KEEP:-${CL_KEEP:-0}}
+PIDS=()
+harness_cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
+    return 0
 }
-finish() { echo "dashboard: $PASSED passed, $FAILED failed"; [[ $FAILED -eq 0 ]]; exit $?; }
-fail_setup() { echo "$*" >&2; FAILED=$((FAILED + 1)); finish; }
-
-[[ $(id -u) -eq 0 ]] || { echo "test/dashboard_test.sh must run as root" >&2; exit 1; }
+fail_setup() { fail "$*"; exit 1; }
+harness dashboard
 
 # --- 1. what it needs -----------------------------------------------------------
+need_packages python3-psycopg chromium iproute2 || fail_setup "could not install python3-psycopg, chromium"
+# a node from elsewhere (e.g. NodeSource) brings its own npm: only what is missing
 missing=()
-for p in python3-psycopg chromium iproute2; do
-    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
-done
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
-if ((${#missing[@]})); then
-    say "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; } ||
-        fail_setup "could not install ${missing[*]}"
-fi
+if ((${#missing[@]})); then need_packages "${missing[@]}" || fail_setup "could not install ${missing[*]}"; fi
 DRIVER=playwright
 if [[ "${DASHBOARD_DRIVER:-}" == selenium ]]; then
     DRIVER=selenium
@@ -88,31 +76,16 @@ elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ||
     fi
 fi
 if [[ $DRIVER == selenium ]]; then
-    missing=()
-    for p in chromium-driver python3-selenium; do
-        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
-    done
-    if ((${#missing[@]})); then
-        say "installing: ${missing[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        { apt-get update -q && apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; } ||
-            fail_setup "could not install ${missing[*]}"
-    fi
+    need_packages chromium-driver python3-selenium || fail_setup "could not install chromium-driver, python3-selenium"
 fi
 say "browser driver: $DRIVER"
-id -u "$RUN_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$RUN_USER"
-[[ -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]] ||
-    fail_setup "pg_claim is not installed: run test/setup.sh first"
+need_extension || fail_setup "pg_claim is not installed"
 
 # --- 2. cluster and workload ------------------------------------------------------
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 20000))
-        ss -ltn "( sport = :$p )" 2>/dev/null | grep -q ":$p" || { echo "$p"; return; }
-    done
-}
-SCRATCH="$(mktemp -d /tmp/pg_claim-dashboard.XXXXXX)"
+cluster_init dashboard </dev/null || fail_setup "initdb failed"
+SCRATCH=$CL_DIR
+PGPORT=$CL_PORT
+CL_DB=ops
 # node-postgres for views_read.mjs: from npm (test/dashboard/node_modules), or
 # Debian's node-pg, installed with apt-get or, where that cannot be (a nodejs
 # from elsewhere does not satisfy Debian's node-* dependencies), unpacked into
@@ -137,30 +110,10 @@ node_pg_path() {
     [[ -n "$dir" ]] || return 1
     dirname "$(dirname "$dir")"
 }
-chown "$RUN_USER" "$SCRATCH"
-chmod 755 "$SCRATCH"
-PGPORT="$(free_port)"
-as_user() { runuser -u "$RUN_USER" -- env HOME="$SCRATCH" "$@"; }
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
-    as_user "$PG_BIN/pg_ctl" -D "$SCRATCH/data" stop -m fast -w >/dev/null 2>&1
-    if [[ "${DASHBOARD_KEEP:-}" == 1 ]]; then echo "kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi
-}
-trap cleanup EXIT
-
 say "cluster on port $PGPORT"
-as_user "$PG_BIN/initdb" -D "$SCRATCH/data" --auth=trust -E UTF8 --locale=C >/dev/null || fail_setup "initdb failed"
-cat >> "$SCRATCH/data/postgresql.conf" <<CONF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$SCRATCH'
-shared_preload_libraries = 'pg_claim'
-CONF
-as_user "$PG_BIN/pg_ctl" -D "$SCRATCH/data" -l "$SCRATCH/server.log" -w start >/dev/null || fail_setup "the server did not start"
-as_user "$PG_BIN/createdb" -h "$SCRATCH" -p "$PGPORT" ops
-psql_run() { as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d ops "$@"; }
-psql_run >/dev/null <<'SQL' || fail_setup "the workload failed"
+cluster_start || fail_setup "the server did not start"
+as_user createdb -h "$SCRATCH" -p "$PGPORT" ops
+psql_cl >/dev/null <<'SQL' || fail_setup "the workload failed"
 CREATE EXTENSION pg_claim;
 CREATE ROLE dash_admin LOGIN IN ROLE claim_admin;
 CREATE ROLE dash_viewer LOGIN IN ROLE pg_monitor, claim_worker;
@@ -193,9 +146,9 @@ END $$;
 SELECT claim.pause('archive');
 SELECT pg_sleep(0.5);
 SQL
-DEAD_ID="$(psql_run -Atc "SELECT min(id) FROM claim.dead_items WHERE queue = 'emails'")"
-RELEASED_ID="$(psql_run -Atc "SELECT id FROM archive_ids WHERE n = 3")"
-CLAIMED_ID="$(psql_run -Atc "SELECT id FROM claim.claimed_items WHERE worker = 'mailer-1'")"
+DEAD_ID="$(psql_cl -Atc "SELECT min(id) FROM claim.dead_items WHERE queue = 'emails'")"
+RELEASED_ID="$(psql_cl -Atc "SELECT id FROM archive_ids WHERE n = 3")"
+CLAIMED_ID="$(psql_cl -Atc "SELECT id FROM claim.claimed_items WHERE worker = 'mailer-1'")"
 # pg_claim 0.2.0 lists a released claim in claimed_items with lease_until
 # -infinity, which psycopg cannot load: the dashboard must still show the page.
 as_user "$PG_BIN/createdb" -h "$SCRATCH" -p "$PGPORT" old
@@ -218,7 +171,7 @@ run_checks() {  # run_checks WHAT COMMAND...: adds its ok/FAIL lines to the coun
     echo "$out"
     PASSED=$((PASSED + $(grep -c '^ok ' <<<"$out")))
     FAILED=$((FAILED + $(grep -c '^FAIL ' <<<"$out")))
-    grep -qE '^(ok|FAIL) ' <<<"$out" || { FAILED=$((FAILED + 1)); echo "FAIL  $what produced no result"; }
+    grep -qE '^(ok|FAIL) ' <<<"$out" || fail "$what produced no result"
 }
 say "every view, read with psycopg and with node-postgres"
 run_checks views_read.py env DSN="$DSN" VIEWS="$VIEWS" RELEASED="archive:$RELEASED_ID" PYTHONDONTWRITEBYTECODE=1 \
@@ -227,7 +180,7 @@ if NODE_LIB="$(node_pg_path)"; then
     run_checks views_read.mjs env DSN="$DSN" VIEWS="$VIEWS" ${NODE_LIB:+NODE_PATH="$NODE_LIB"} \
         timeout 120 node "$ROOT/test/dashboard/views_read.mjs"
 else
-    FAILED=$((FAILED + 1)); echo "FAIL  node-postgres: neither npm nor Debian's node-pg could be installed"
+    fail "node-postgres: neither npm nor Debian's node-pg could be installed"
 fi
 say "the page never fails as a whole"
 run_checks resilience.py env PYTHONPATH="$ROOT/ops/dashboard" PYTHONDONTWRITEBYTECODE=1 \
@@ -271,7 +224,7 @@ check "the dashboard answers /healthz" ok "$(curl -s "${ADMIN_URL}healthz" 2>/de
 # --- 5. the browser -----------------------------------------------------------------
 # The charts need samples (the dashboards take one a second): five seconds of
 # traffic in a queue of its own, then a pause, so the page's counts hold still.
-psql_run >/dev/null <<'SQL' || { FAILED=$((FAILED + 1)); echo "FAIL  the traffic for the charts"; }
+psql_cl >/dev/null <<'SQL' || fail "the traffic for the charts"
 SELECT claim.create_queue('traffic', lease => '1 hour');
 DO $$ BEGIN
     FOR i IN 1 .. 25 LOOP
@@ -304,13 +257,12 @@ grep -qE '^(ok|FAIL) ' <<<"$out" || { FAILED=$((FAILED + 1)); echo "FAIL  the br
 
 # --- 6. the database agrees ---------------------------------------------------------
 check "the redriven item is ready in the database" ready \
-    "$(psql_run -Atc "SELECT state FROM claim.item_state('emails', $DEAD_ID)")"
+    "$(psql_cl -Atc "SELECT state FROM claim.item_state('emails', $DEAD_ID)")"
 check "the other dead item is still dead" 1 \
-    "$(psql_run -Atc "SELECT count(*) FROM claim.dead_items WHERE queue = 'emails'")"
-check "the queue runs (resumed)" f "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'emails'")"
+    "$(psql_cl -Atc "SELECT count(*) FROM claim.dead_items WHERE queue = 'emails'")"
+check "the queue runs (resumed)" f "$(psql_cl -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'emails'")"
 check "the screenshot was taken" yes "$([[ -s "$ARTIFACTS/dashboard.png" ]] && echo yes || echo no)"
 check "the cancelled item is no longer claimed in the database" 0 \
-    "$(psql_run -Atc "SELECT count(*) FROM claim.claimed_items WHERE id = $CLAIMED_ID")"
-check "the queue archive stays paused" t "$(psql_run -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'archive'")"
+    "$(psql_cl -Atc "SELECT count(*) FROM claim.claimed_items WHERE id = $CLAIMED_ID")"
+check "the queue archive stays paused" t "$(psql_cl -Atc "SELECT paused FROM claim.queue_stats WHERE queue = 'archive'")"
 say "screenshot: $ARTIFACTS/dashboard.png"
-finish

@@ -21,72 +21,30 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
-RUN_USER="${PGCLAIM_USER:-pgclaim}"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 EXPORTER=/usr/bin/prometheus-postgres-exporter
-PASSED=0
-FAILED=0
-
-say() { printf '==> %s\n' "$*"; }
-check() {  # check NAME EXPECTED ACTUAL
-    if [[ "$2" == "$3" ]]; then
-        PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$1"
-    else
-        FAILED=$((FAILED + 1)); printf 'FAIL  %s: expected %s, got %s\n' "$1" "$2" "${3:-<none>}"
-    fi
-}
-finish() { echo "exporter: $PASSED passed, $FAILED failed"; [[ $FAILED -eq 0 ]]; exit $?; }
-
-if [[ $(id -u) -ne 0 ]]; then
-    echo "test/exporter_test.sh must run as root (it installs packages and starts servers as $RUN_USER)" >&2
-    exit 1
-fi
-if [[ ! -x "$EXPORTER" ]]; then
-    say "installing prometheus-postgres-exporter"
-    export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -q && apt-get install -y -q --no-install-recommends prometheus-postgres-exporter </dev/null; } ||
-        { echo "could not install prometheus-postgres-exporter" >&2; FAILED=1; finish; }
-fi
-id -u "$RUN_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$RUN_USER"
-if [[ ! -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]]; then
-    echo "pg_claim is not installed: run test/setup.sh first" >&2
-    FAILED=1; finish
-fi
-
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 20000))
-        ss -ltn "( sport = :$p )" 2>/dev/null | grep -q ":$p" || { echo "$p"; return; }
-    done
-}
-
-SCRATCH="$(mktemp -d /tmp/pg_claim-exporter.XXXXXX)"
-chown "$RUN_USER" "$SCRATCH"
-PGPORT="$(free_port)"
-as_user() { runuser -u "$RUN_USER" -- env HOME="$SCRATCH" "$@"; }
-cleanup() {
+CL_KEEP=${EXPORTER_KEEP:-${CL_KEEP:-0}}
+harness_cleanup() {
     [[ -n "${EXPORTER_PID:-}" ]] && kill "$EXPORTER_PID" 2>/dev/null
     [[ -n "${WAITER_PID:-}" ]] && kill "$WAITER_PID" 2>/dev/null
-    as_user "$PG_BIN/pg_ctl" -D "$SCRATCH/data" stop -m fast -w >/dev/null 2>&1
-    if [[ "${EXPORTER_KEEP:-}" == 1 ]]; then echo "kept: $SCRATCH"; else rm -rf "$SCRATCH"; fi
+    return 0
 }
-trap cleanup EXIT
+harness exporter
 
+# Debian's service is not used: this script runs its own exporter.
+need_packages prometheus-postgres-exporter || exit 1
+need_extension || exit 1
+cluster_init exporter </dev/null || { fail "initdb"; exit 1; }
+SCRATCH=$CL_DIR
+PGPORT=$CL_PORT
+CL_DB=ops
 say "cluster on port $PGPORT"
-as_user "$PG_BIN/initdb" -D "$SCRATCH/data" --auth=trust -E UTF8 --locale=C >/dev/null || { FAILED=1; finish; }
-cat >> "$SCRATCH/data/postgresql.conf" <<EOF
-port = $PGPORT
-listen_addresses = ''
-unix_socket_directories = '$SCRATCH'
-shared_preload_libraries = 'pg_claim'
-EOF
-as_user "$PG_BIN/pg_ctl" -D "$SCRATCH/data" -l "$SCRATCH/server.log" -w start >/dev/null || { FAILED=1; finish; }
-psql_run() { as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d ops "$@"; }
-as_user "$PG_BIN/createdb" -h "$SCRATCH" -p "$PGPORT" ops
+cluster_start || { fail "the server starts"; exit 1; }
+as_user createdb -h "$SCRATCH" -p "$PGPORT" ops
 
 say "workload"
-psql_run >/dev/null <<'SQL' || { FAILED=1; finish; }
+psql_cl >/dev/null <<'SQL' || { fail "the workload"; exit 1; }
 CREATE EXTENSION pg_claim;
 CREATE ROLE exporter LOGIN IN ROLE pg_monitor;
 SELECT claim.create_queue('jobs', lease => '1 hour', max_attempts => 2, backoff => '0');
@@ -109,7 +67,7 @@ as_user "$PG_BIN/psql" -X -q -h "$SCRATCH" -p "$PGPORT" -d ops \
     -c "SELECT * FROM claim.claim_next('idle', wait => '60 seconds')" >/dev/null 2>&1 &
 WAITER_PID=$!
 for _ in $(seq 50); do
-    [[ "$(psql_run -Atc "SELECT waiters FROM claim.metrics() WHERE queue = 'idle'")" == 1 ]] && break
+    [[ "$(psql_cl -Atc "SELECT waiters FROM claim.metrics() WHERE queue = 'idle'")" == 1 ]] && break
     sleep 0.1
 done
 
@@ -178,4 +136,3 @@ if [[ $FAILED -gt 0 ]]; then
     echo "--- pg_claim series scraped:"; grep '^pg_claim_' "$SCRATCH/metrics.txt" | head -60
     echo "--- exporter log:"; tail -20 "$SCRATCH/exporter.log"
 fi
-finish

@@ -21,28 +21,14 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=soak/cluster.sh
-. "$ROOT/test/soak/cluster.sh"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 
 MODE=${1:-both}
 DIR=${2:-}
-PASSED=0 FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
 OWN_DIR=""
-finish() {
-    local rc=$?
-    trap - EXIT
-    cluster_cleanup
-    [[ -n $OWN_DIR ]] && rm -rf "$OWN_DIR"
-    (( rc != 0 && FAILED == 0 && PASSED == 0 )) && FAILED=1
-    echo "major_dump: $PASSED passed, $FAILED failed"
-    (( FAILED == 0 )) && exit 0 || exit 1
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-
-[[ $(id -u) -eq 0 ]] || { echo "run as root" >&2; FAILED=1; exit 1; }
+harness_cleanup() { [[ -n $OWN_DIR ]] && rm -rf "$OWN_DIR"; }
+harness major_dump
 case $MODE in
     dump|restore) [[ -n $DIR ]] || { echo "usage: test/major_dump.sh dump|restore DIR" >&2; FAILED=1; exit 1; } ;;
     both) OWN_DIR=$(mktemp -d /tmp/pg_claim-major-dump.XXXXXX); DIR=$OWN_DIR ;;

@@ -45,33 +45,16 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=soak/cluster.sh
-. "$ROOT/test/soak/cluster.sh"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 
 CALLS="${1:-${MEMFLAT_CALLS:-100000}}"
 WAIT_CALLS="${MEMFLAT_WAIT_CALLS:-3000}"
 WARM="${MEMFLAT_WARM:-2000}"
 WORKER_ROUNDS="${MEMFLAT_WORKER_ROUNDS:-500}"
 LIMIT="${MEMFLAT_LIMIT:-1048576}"
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
-finish() {
-    local rc=$?
-    trap - EXIT
-    if (( FAILED > 0 )) && [[ -f "${CL_LOG:-}" ]]; then
-        echo "--- server log (tail) ---"; tail -n 20 "$CL_LOG"
-    fi
-    cluster_cleanup
-    (( rc != 0 && FAILED == 0 )) && FAILED=1
-    echo "memory_flat: $PASSED passed, $FAILED failed"
-    (( FAILED == 0 )) && exit 0 || exit 1
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-
-if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
+HARNESS_LOG_TAIL=1
+harness memory_flat
 
 cluster_init memflat <<'EOF'
 max_locks_per_transaction = 256

@@ -38,29 +38,14 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=soak/cluster.sh
-. "$ROOT/test/soak/cluster.sh"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 
 SECS="${1:-${SQLSMITH_SECONDS:-60}}"
 FOCUS_SECS="${SQLSMITH_FOCUS_SECONDS:-30}"
 SEED="${SQLSMITH_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 OUTDIR="${SQLSMITH_OUT:-/tmp/pg_claim-sqlsmith-out}"
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
-finish() {
-    local rc=$?
-    trap - EXIT
-    cluster_cleanup
-    (( rc != 0 && FAILED == 0 )) && FAILED=1
-    echo "sqlsmith: $PASSED passed, $FAILED failed"
-    (( FAILED == 0 )) && exit 0 || exit 1
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-
-if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
+harness sqlsmith
 need_packages sqlsmith || exit 1
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR"/crash-*.sql "$OUTDIR"/sqlsmith-*.log

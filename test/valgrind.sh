@@ -37,28 +37,15 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=soak/cluster.sh
-. "$ROOT/test/soak/cluster.sh"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 
 PGXS_SRC="$(dirname "$PG_BIN")/lib/pgxs/src"
 OUTDIR="${VALGRIND_OUT:-/tmp/pg_claim-valgrind-out}"
 SUPP="$ROOT/test/valgrind/postgres.supp"
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
-finish() {
-    local rc=$?
-    trap - EXIT
-    CL_STOP_TIMEOUT=300 cluster_cleanup
-    (( rc != 0 && FAILED == 0 )) && FAILED=1
-    echo "valgrind: $PASSED passed, $FAILED failed"
-    (( FAILED == 0 )) && exit 0 || exit 1
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
-
-if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
+# the server under valgrind stops slowly
+CL_STOP_TIMEOUT=${CL_STOP_TIMEOUT:-300}
+harness valgrind
 need_packages valgrind || exit 1
 
 # The regression tests: arguments, or the Makefile's REGRESS list (asked from

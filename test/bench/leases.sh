@@ -37,77 +37,20 @@ NAMES=${BENCH_NAMES:-1000}
 PORT=${BENCH_PORT:-5497}
 ROUNDS=${BENCH_ROUNDS:-3}
 THREADS=2
-RUN_USER=pgclaim
 
-log() { printf '[lease bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
-[[ -x $PG_CONFIG ]] || PG_CONFIG=$(command -v pg_config) || die "pg_config not found"
-PGBIN=$("$PG_CONFIG" --bindir)
-for b in initdb pg_ctl psql pgbench; do [[ -x $PGBIN/$b ]] || die "$PGBIN/$b missing"; done
-[[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (run test/setup.sh)"
-
-if [[ $(id -u) == 0 ]]; then
-    id "$RUN_USER" >/dev/null 2>&1 || die "OS user $RUN_USER missing (run test/setup.sh)"
-    AS=(runuser -u "$RUN_USER" --)
-    DBUSER=$RUN_USER
-else
-    AS=()
-    DBUSER=$(id -un)
-fi
-
-WORK=$(mktemp -d /tmp/pg_claim_lease_bench.XXXXXX)
-chmod 755 "$WORK"
-[[ $(id -u) == 0 ]] && chown "$RUN_USER" "$WORK"
-DATA=$WORK/data
-SOCK=$WORK/sock
+# shellcheck source-path=SCRIPTDIR
+source "$HERE/lib.sh"
+bench_init leases-bench
+ext_installed || die "pg_claim is not installed (run test/setup.sh)"
 mkdir -p "$OUT"
-cleanup() {
-    local rc=$?
-    set +e
-    [[ -f $DATA/postmaster.pid ]] && "${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1
-    rm -rf "$WORK"
-    exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-"${AS[@]}" mkdir -p "$SOCK"
-"${AS[@]}" "$PGBIN/initdb" -D "$DATA" -U "$DBUSER" -A trust -E UTF8 --no-locale --no-sync >"$OUT/initdb.log" 2>&1 \
-    || { cat "$OUT/initdb.log" >&2; die "initdb failed"; }
-"${AS[@]}" tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
-
-# ---- pg_claim lease bench (the same settings as test/bench/run.sh)
-listen_addresses = ''
-port = $PORT
-unix_socket_directories = '$SOCK'
-shared_preload_libraries = 'pg_claim'
-shared_buffers = 1GB
-max_connections = 100
-max_locks_per_transaction = 256
-synchronous_commit = on
-max_wal_size = 16GB
-checkpoint_timeout = 30min
-logging_collector = off
-log_min_messages = warning
-CONF
-log "starting server (port $PORT, socket $SOCK)"
-"${AS[@]}" "$PGBIN/pg_ctl" -D "$DATA" -l "$WORK/server.log" -w -t 60 start >/dev/null \
-    || { "${AS[@]}" cat "$WORK/server.log" >&2; die "server did not start"; }
-
-export PGHOST=$SOCK PGPORT=$PORT PGUSER=$DBUSER PGDATABASE=bench
-sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
-sql -d postgres -c "CREATE DATABASE bench"
-sql -c "CREATE EXTENSION pg_claim"
+# the settings of test/bench/run.sh; database bench, with the extension
+bench_cluster "$PORT"
 # django-db-mutex's model: lock_id CharField(255, unique=True), creation_time auto_now_add.
 sql -c "CREATE TABLE db_mutex_dbmutex (
             id serial PRIMARY KEY,
             lock_id varchar(255) NOT NULL UNIQUE,
             creation_time timestamptz NOT NULL)"
 
-S=$WORK/scripts
-mkdir -p "$S"
 cat >"$S/table.sql" <<SQL
 \\set n random(1, $NAMES)
 DELETE FROM db_mutex_dbmutex WHERE creation_time <= now() - interval '60 seconds';

@@ -7,6 +7,7 @@
 #                              CREATE EXTENSION pg_claim; CONF: extra postgresql.conf lines.
 #                              Stopped and removed at exit (BENCH_KEEP=1 keeps the directory).
 #   bench_scripts              writes the shared pgbench scripts into $S (see below)
+#   bench_setup                all three for a windowed bench, with $OUT emptied (see below)
 #
 # Then: sql, settle, run_pgbench, fill_baseline, fill_claim, series_mean, fdiv, fmt, ratio.
 # As root the server runs as the unprivileged OS user `pgclaim`; clients run as the caller and
@@ -75,6 +76,22 @@ bench_cleanup() {
         if [[ ${BENCH_KEEP:-0} == 1 ]]; then log "cluster kept in $WORK"; else rm -rf "$WORK"; fi
     fi
     exit $rc
+}
+
+# bench_setup: the start of a windowed bench: the extension is installed, $OUT/logs,
+# $OUT/series and $OUT/summary.txt emptied, the cluster with room for CLIENTS + 30
+# connections (BENCH_STATS=1: pg_stat_statements preloaded), the shared pgbench scripts.
+bench_setup() {
+    ext_installed || die "pg_claim is not installed"
+    mkdir -p "$OUT/logs" "$OUT/series"
+    rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
+    export BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
+    if [[ ${BENCH_STATS:-0} == 1 ]]; then
+        bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
+    else
+        bench_cluster "$(free_port)"
+    fi
+    bench_scripts
 }
 
 # bench_cluster PORT [EXTRA_CONF] [PRELOAD]   (PRELOAD: shared_preload_libraries, default pg_claim;

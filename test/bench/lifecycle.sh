@@ -51,16 +51,7 @@ ONLY=" ${BENCH_ONLY:-1 2 3 4} "
 [[ $ONLY == *" 3 "* && $ONLY != *" 2 "* ]] && ONLY+="2 "
 want() { [[ $ONLY == *" $1 "* ]]; }
 
-ext_installed || die "pg_claim is not installed"
-mkdir -p "$OUT/logs" "$OUT/series"
-rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-export BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
-if [[ ${BENCH_STATS:-0} == 1 ]]; then
-    bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
-else
-    bench_cluster "$(free_port)"
-fi
-bench_scripts
+bench_setup
 make_ref
 sql -c "SELECT 'done' FROM pg_proc WHERE proname = 'claim_next' AND 'done' = ANY(proargnames)" | grep -q 'done' \
     || die "the installed pg_claim has no claim_next(done): not 0.2.0 yet?"

@@ -36,16 +36,7 @@ NGROUPS=${BENCH_GROUPS:-10000}
 ONLY=" ${BENCH_ONLY:-1 2} "
 want() { [[ $ONLY == *" $1 "* ]]; }
 
-ext_installed || die "pg_claim is not installed"
-mkdir -p "$OUT/logs" "$OUT/series"
-rm -f "$OUT"/logs/* "$OUT"/series/* "$OUT/summary.txt"
-export BENCH_MAX_CONNECTIONS=$(( CLIENTS + 30 > 100 ? CLIENTS + 30 : 100 ))
-if [[ ${BENCH_STATS:-0} == 1 ]]; then
-    bench_cluster "$(free_port)" "pg_stat_statements.track = all" "pg_claim,pg_stat_statements"
-else
-    bench_cluster "$(free_port)"
-fi
-bench_scripts
+bench_setup
 sql -c "SELECT 'ok' FROM pg_proc WHERE proname = 'create_queue' AND 'group_limit' = ANY(proargnames)" | grep -q ok \
     || die "the installed pg_claim has no create_queue(max_active, group_limit): flow control not installed yet?"
 

@@ -26,28 +26,14 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-# shellcheck source=../soak/cluster.sh
-. "$ROOT/test/soak/cluster.sh"
+# shellcheck source=../lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 SYS_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 
-PASSED=0
-FAILED=0
-pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
-fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
 SCRATCH=""
-finish() {
-    local rc=$?
-    trap - EXIT
-    cluster_cleanup
-    [[ -n "$SCRATCH" && "${CL_KEEP:-0}" != 1 ]] && rm -rf "$SCRATCH"
-    (( rc != 0 && FAILED == 0 )) && FAILED=1
-    echo "ubsan: $PASSED passed, $FAILED failed"
-    (( FAILED == 0 )) && exit 0 || exit 1
-}
-trap finish EXIT
-trap 'exit 130' INT TERM
+harness_cleanup() { [[ -n "$SCRATCH" && "${CL_KEEP:-0}" != 1 ]] && rm -rf "$SCRATCH"; }
+harness ubsan
 
-if [[ $(id -u) -ne 0 ]]; then echo "run as root" >&2; exit 1; fi
 need_packages build-essential "postgresql-server-dev-$PG_MAJOR" || exit 1
 
 SCRATCH="$(mktemp -d /tmp/pg_claim-ubsan.XXXXXX)"

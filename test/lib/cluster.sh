@@ -1,9 +1,21 @@
-# test/soak/cluster.sh — sourced by the hardening scripts (test/soak.sh,
-# test/sqlsmith.sh, test/valgrind.sh, test/memory_flat.sh).
+# test/lib/cluster.sh — sourced by the test scripts that start their own
+# server (test/soak.sh, test/sqlsmith.sh, test/valgrind.sh,
+# test/valgrind/ubsan.sh, test/memory_flat.sh, test/major_dump.sh,
+# test/exporter_test.sh, test/dashboard_test.sh).
 #
 # Gives each script a throwaway cluster owned by the unprivileged OS user
 # (PGCLAIM_USER, default pgclaim) on a free port with a unix socket in its own
-# directory, and helpers to install missing Debian packages.
+# directory, helpers to install missing Debian packages, and the pass/fail
+# bookkeeping with the script's last line.
+#
+# harness NAME (first, as root):
+#   pass MSG / fail MSG / check NAME EXPECTED ACTUAL   count a result
+#   say MSG                                            a progress line
+#   at exit: harness_cleanup (when the script defines it), the cluster stopped
+#   and its directory removed (CL_KEEP=1 keeps it), the server log's tail when
+#   something failed and HARNESS_LOG_TAIL=1, and the last line
+#   "NAME: N passed, N failed" (exit status 1 if anything failed, or if the
+#   script exited non-zero without a failure counted).
 #
 # After `cluster_init NAME`:
 #   $CL_DIR      scratch directory (owned by the user), removed by cluster_cleanup
@@ -13,7 +25,6 @@
 #   as_user CMD  run CMD as the user with PostgreSQL's bin directory first in PATH
 #   psql_cl ...  psql on the cluster (database $CL_DB, default postgres), no ~/.psqlrc
 #   cluster_start / cluster_stop [mode] / cluster_crash
-# The caller sets `trap cluster_cleanup EXIT` (or calls it from its own trap).
 
 # PG_BIN from the caller, else the major test/pg-major.sh picks
 [[ -n ${PG_BIN:-} ]] || . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh"
@@ -33,12 +44,20 @@ need_packages() {
     for try in 1 2 3 4 5 6; do
         # another apt-get may hold the dpkg lock: wait and try again
         if DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
-           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+               "${missing[@]}" </dev/null >/dev/null 2>&1; then
             return 0
         fi
         sleep 10
     done
     echo "could not install ${missing[*]}" >&2
+    return 1
+}
+
+# need_extension: pg_claim is installed for this major (test/setup.sh).
+need_extension() {
+    [[ -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]] && return 0
+    echo "pg_claim is not installed: run test/setup.sh first" >&2
     return 1
 }
 
@@ -72,9 +91,9 @@ cluster_init() {
     CL_PORT="$(free_port)"
     chown "$RUN_USER:" "$CL_DIR"
     chmod 755 "$CL_DIR"
-    as_user initdb -D "$CL_DATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
+    as_user initdb -D "$CL_DATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null || return 1
     {
-        echo "# pg_claim hardening: $1"
+        echo "# pg_claim test cluster: $1"
         echo "port = $CL_PORT"
         echo "listen_addresses = ''"
         echo "unix_socket_directories = '$CL_DIR'"
@@ -112,4 +131,38 @@ cluster_cleanup() {
             rm -rf "$CL_DIR"
         fi
     fi
+}
+
+# ---------------------------------------------------------------- harness
+harness() {
+    HARNESS_NAME=$1
+    PASSED=0
+    FAILED=0
+    trap harness_finish EXIT
+    trap 'exit 130' INT TERM
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "$HARNESS_NAME must run as root (it installs packages and starts servers as $RUN_USER)" >&2
+        exit 1
+    fi
+}
+
+say() { printf '==> %s\n' "$*"; }
+pass() { PASSED=$((PASSED + 1)); echo "ok: $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAILED: $*"; }
+# check NAME EXPECTED ACTUAL
+check() {
+    if [[ "$2" == "$3" ]]; then pass "$1"; else fail "$1: expected $2, got ${3:-<none>}"; fi
+}
+
+harness_finish() {
+    local rc=$?
+    trap - EXIT
+    if (( FAILED > 0 )) && [[ ${HARNESS_LOG_TAIL:-0} == 1 && -f "${CL_LOG:-}" ]]; then
+        echo "--- server log (tail) ---"; tail -n 20 "$CL_LOG"
+    fi
+    if declare -F harness_cleanup >/dev/null; then harness_cleanup; fi
+    cluster_cleanup
+    (( rc != 0 && FAILED == 0 )) && FAILED=1
+    echo "$HARNESS_NAME: $PASSED passed, $FAILED failed"
+    (( FAILED == 0 )) && exit 0 || exit 1
 }
