@@ -29,7 +29,7 @@
 # that keeps giving it work (items that come due, claims that expire, items
 # that die), its memory contexts (pg_log_backend_memory_contexts, the "Grand
 # total" it logs) after 200 warm-up rounds and after MEMFLAT_WORKER_ROUNDS
-# more (default 500, 5 to 25 s; the issue's figure is 10000) must not
+# more (default 500, 5 to 25 s; the full run takes 10000) must not
 # differ by 1 MB or more.
 #
 # MEMFLAT_CASES="enqueue lease" runs only those cases (and skips the final
@@ -38,7 +38,7 @@
 # case shows it, about 50 kB); the net growth printed is the case's growth
 # minus the baseline's.
 #
-# The issue's figure is 1M calls: MEMFLAT_CALLS=1000000 (about 10 minutes on
+# The full run is 1M calls: MEMFLAT_CALLS=1000000 (about 10 minutes on
 # 2 cores). The default (100k) runs in well under a minute there and is what
 # CI runs.
 # Last line: "memory_flat: N passed, N failed"; exit status 1 if anything failed.
