@@ -75,3 +75,17 @@ sql/pg_claim--0.3.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_cl
 
 # Every object depends on the headers of every layer.
 $(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))
+
+# The layer rule (README.md, "Layout"): only src/pg touches heap and index
+# scans, heavyweight locks, snapshots and transactions directly. The build
+# stops when src/shmem, src/api, src/worker or src/module.cpp calls one of
+# these functions (as src/core never compiles with postgres.h, CMakeLists.txt).
+PG_ONLY_CALLS = heap_beginscan|heap_getnext|table_beginscan[a-z_]*|table_open|relation_open|index_open|index_beginscan|systable_beginscan|LockDatabaseObject|UnlockDatabaseObject|LockRelationOid|LockRelation|LockAcquire|LockTuple|XactLockTableWait|PushActiveSnapshot|PopActiveSnapshot|GetTransactionSnapshot|GetLatestSnapshot|RegisterSnapshot|StartTransactionCommand|CommitTransactionCommand|XLogInsert|XLogFlush
+PG_ONLY_USERS = $(wildcard src/shmem/*.[ch]pp src/api/*.[ch]pp src/worker/*.[ch]pp) src/module.cpp
+
+.PHONY: layer-check
+layer-check:
+	@if grep -nE '(^|[^A-Za-z0-9_])($(PG_ONLY_CALLS))[[:space:]]*\(' $(PG_ONLY_USERS); then \
+	  echo 'layer rule: only src/pg may call these (README.md, "Layout"); move the call into src/pg' >&2; exit 1; fi
+
+$(OBJS): | layer-check

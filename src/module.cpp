@@ -8,7 +8,8 @@
 #include "shmem/metrics.hpp"
 #include "shmem/rates.hpp"
 #include "shmem/shared.hpp"
-#include "worker/worker.hpp"
+#include "worker/database_hook.hpp"
+#include "worker/launcher.hpp"
 
 extern "C" {
 #include "miscadmin.h"

@@ -13,18 +13,22 @@
 //  * after taking the lock every check reads the latest committed state.
 #include <algorithm>
 
-#include "api/hints.hpp"
 #include "api/arrays.hpp"
 #include "api/completion.hpp"
 #include "api/partition.hpp"
-#include "api/shared.hpp"
+#include "api/hints.hpp"
+#include "api/queue_lookup.hpp"
+#include "api/ready_walk.hpp"
+#include "api/tokens.hpp"
 #include "core/rate_limit.hpp"
+#include "core/rules.hpp"
 #include "pg/direct.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/claim_slots.hpp"
 #include "shmem/rates.hpp"
 #include "shmem/drops.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -37,16 +41,6 @@ extern "C" {
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
 namespace direct = pgclaim::pg::direct;
-
-ScanHints &pgclaim::api::hints() {
-    static ScanHints h;
-    return h;
-}
-
-PromoteSchedule &pgclaim::api::promote_schedule() {
-    static PromoteSchedule p;
-    return p;
-}
 
 namespace {
 

@@ -6,10 +6,12 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/shared.hpp"
+#include "api/hints.hpp"
+#include "api/tokens.hpp"
 #include "pg/direct.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 

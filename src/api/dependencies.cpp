@@ -1,7 +1,7 @@
 // Items enqueued with `after`; see dependencies.hpp.
 #include "api/dependencies.hpp"
 
-#include "api/shared.hpp"
+#include "api/queue_lookup.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"

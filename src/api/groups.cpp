@@ -19,13 +19,17 @@
 // it re-checks under the locks, with the latest committed state, that the
 // head is still the head and claimable and that each follower is claimable,
 // and claims the longest such prefix. Items not taken are unlocked.
-#include "api/hints.hpp"
 #include "api/partition.hpp"
-#include "api/shared.hpp"
+#include "api/hints.hpp"
+#include "api/keys.hpp"
+#include "api/queue_lookup.hpp"
+#include "api/ready_walk.hpp"
+#include "api/tokens.hpp"
+#include "core/rules.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
 #include "shmem/drops.hpp"
-#include "shmem/wakeup.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/metrics.hpp"
 
 extern "C" {

@@ -14,13 +14,14 @@
 //    next guard_begin starts a new attempt and the old token becomes stale.
 //    Until then the old attempt may still finish or abandon.
 #include "api/partition.hpp"
-#include "api/shared.hpp"
+#include "api/tokens.hpp"
 #include "core/lease_rules.hpp"
 
 #include <string_view>
 
 extern "C" {
 #include "mb/pg_wchar.h"
+#include "core/rules.hpp"
 }
 
 using namespace pgclaim;

@@ -23,8 +23,9 @@
 //    UPDATE re-checks its condition on the latest row version;
 //  * every check reads the latest committed state (pg::run).
 #include "api/partition.hpp"
-#include "api/shared.hpp"
+#include "api/tokens.hpp"
 #include "core/lease_rules.hpp"
+#include "core/rules.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/wakeup.hpp"
 

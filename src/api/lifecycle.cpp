@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/shared.hpp"
+#include "api/hints.hpp"
+#include "api/queue_lookup.hpp"
+#include "core/rules.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"

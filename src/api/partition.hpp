@@ -6,7 +6,7 @@
 
 namespace pgclaim::api {
 
-// pg_claim.partition (defined in module.cpp): what the sessions of this
+// pg_claim.partition (registered by src/module.cpp): what the sessions of this
 // database expect its partition to be, 0..token::kMaxPartition. The
 // partition itself is the range of claim.token_seq (claim.set_partition
 // changes both); before_tokens refuses a grant where they differ.

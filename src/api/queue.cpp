@@ -3,10 +3,15 @@
 //   claim.redrive
 #include "api/arrays.hpp"
 #include "api/dependencies.hpp"
-#include "api/shared.hpp"
+#include "api/hints.hpp"
+#include "api/keys.hpp"
+#include "api/queue_admin.hpp"
+#include "api/queue_lookup.hpp"
+#include "core/rules.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/drops.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 

@@ -1,7 +1,11 @@
 // SQL surface: changing a queue after it was created (admin functions).
 //   claim.alter_queue, claim.pause, claim.resume
 // and the flow-control settings that create_queue shares with alter_queue.
-#include "api/shared.hpp"
+#include "api/queue_admin.hpp"
+
+#include "api/queue_lookup.hpp"
+#include "core/rules.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/wakeup.hpp"
 
 using namespace pgclaim;

@@ -1,20 +1,11 @@
-// Queue lookup and the backend's caches of queues, shared by the SQL
-// surfaces in src/api; also their common argument checks.
-#include "api/shared.hpp"
-#include "shmem/frontier.hpp"
+// Queues by name and the backend's caches of them: see queue_lookup.hpp.
+#include "api/queue_lookup.hpp"
 
 #include "api/hints.hpp"
+#include "api/ready_walk.hpp"
 #include "pg/direct.hpp"
-#include "pg/duties.hpp"
 #include "pg/lineage.hpp"
-#include "core/error.hpp"
-#include "shmem/wakeup.hpp"
-
-extern "C" {
-#include "catalog/namespace.h"
-#include "utils/lsyscache.h"
-}
-#include "core/queue_cache.hpp"
+#include "shmem/epochs.hpp"
 
 namespace pgclaim::api {
 
@@ -128,32 +119,9 @@ void forget_queues() {
     });
 }
 
-void check_key_length(const text *key, const char *what) {
-    size_t len = VARSIZE_ANY_EXHDR(key);
-    if (len == 0 || len > (size_t)kMaxKeyBytes)
-        pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "%s must be 1 to %d bytes long", what,
-                  kMaxKeyBytes);
-}
-
 void unknown_queue(const char *name) {
     pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
               "queue \"%s\" does not exist", name);
-}
-
-bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at) {
-    TimestampTz now = pg::clock_now();
-    if (now >= deadline) return false;
-    TimestampTz until = wake_at > 0 && wake_at < deadline ? wake_at : deadline;
-    if (until <= now) return true;  // look again at once
-    if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((until - now + 999) / 1000)))
-        pg::call_core([&] { hints().forget(queue_id); });
-    return true;
-}
-
-void forget_hints(int32 queue_id) {
-    pg::call_core([&] { hints().forget(queue_id); });
-    forget_empty(queue_id);
-    shmem::frontier_forget(pg::direct::items_relid(), queue_id);
 }
 
 }  // namespace pgclaim::api

@@ -1,10 +1,13 @@
 // The walk over a queue's ready items (claim_next, group_claim), the
 // promotion of due scheduled items before it, and the callbacks that
 // forget hints and cached queue ids when a transaction aborts.
-#include "api/shared.hpp"
-#include "shmem/frontier.hpp"
+#include "api/ready_walk.hpp"
 
 #include "api/hints.hpp"
+#include "api/queue_lookup.hpp"
+#include "shmem/shared.hpp"
+#include "shmem/frontier.hpp"
+
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"

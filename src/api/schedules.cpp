@@ -1,8 +1,9 @@
 // SQL surface: recurring schedules (docs/schedules.md).
 //   claim.schedule, claim.unschedule (admin functions), claim.cron_next
-#include "api/shared.hpp"
+#include "api/keys.hpp"
+#include "api/queue_lookup.hpp"
 #include "pg/schedule_fire.hpp"
-#include "shmem/wakeup.hpp"
+#include "shmem/shared.hpp"
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;

@@ -2,11 +2,13 @@
 // check, the durable ceiling and the move of the sequence at the first grant
 // after a server start, the WAL flush without the preload, the checks of a
 // token argument, and PC001 for a token that is not a live claim.
+#include "api/tokens.hpp"
+
 #include "api/partition.hpp"
-#include "api/shared.hpp"
 
 #include "pg/token_store.hpp"
-#include "shmem/wakeup.hpp"
+#include "shmem/shared.hpp"
+#include "shmem/fencing.hpp"
 
 namespace pgclaim::api {
 

@@ -14,7 +14,7 @@
 // (pg::pin_search_path).
 #include "api/trigger_change.hpp"
 
-#include "api/shared.hpp"
+#include "api/queue_lookup.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"

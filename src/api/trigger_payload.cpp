@@ -3,7 +3,7 @@
 // not exist is left out. Also the direct insert of one such item.
 #include "api/trigger_change.hpp"
 
-#include "api/shared.hpp"
+#include "api/queue_lookup.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 

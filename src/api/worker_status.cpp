@@ -6,13 +6,9 @@
 #include "pg/pg.hpp"
 #include "shmem/shared.hpp"
 
-extern "C" {
-PG_FUNCTION_INFO_V1(pgclaim_worker_status);
-}
-
 using namespace pgclaim::shmem;
 
-extern "C" Datum pgclaim_worker_status(PG_FUNCTION_ARGS) {
+PGCLAIM_FUNCTION(pgclaim_worker_status) {
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
     if (shared == nullptr) return (Datum)0;

@@ -22,8 +22,9 @@
 namespace pgclaim {
 
 // SQLSTATEs the pure layer raises. Standard codes where one fits exactly,
-// class "PC" for conditions that only pg_claim has (src/pg/pg.hpp has the
-// same codes for the server layer). The README lists all of them.
+// class "PC" for conditions that only pg_claim has. This is their one
+// definition: the server layer takes the integer form of a code from here
+// (pg::sqlstate_code in src/pg/pg.hpp). The README lists all of them.
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders

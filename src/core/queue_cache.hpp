@@ -59,7 +59,7 @@ private:
 
 // A backend's cache of queue ids for producers (enqueue, trigger enqueue).
 // An entry is right as long as no queue was dropped since it was made:
-// `epoch` is the cluster-wide count of drops (see worker::queue_drops), read
+// `epoch` is the cluster-wide count of drops (see shmem::queue_drops), read
 // after the producer locked claim.items against drop_queue. Epoch 0 means
 // there is no such count (not preloaded): nothing is cached.
 class ProducerQueues {

@@ -40,8 +40,7 @@ void capture(PendingError &err, const std::exception *e) noexcept {
     err.set = true;
     err.hint = err.detail = nullptr;
     if (const auto *pe = dynamic_cast<const pgclaim::Error *>(e)) {
-        const char *c = pe->code();
-        err.code = MAKE_SQLSTATE(c[0], c[1], c[2], c[3], c[4]);
+        err.code = sqlstate_code(pe->code());
         err.message = copy(pe->what());
         err.hint = copy(pe->hint().c_str());
         err.detail = copy(pe->detail().c_str());
@@ -183,26 +182,6 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
     bool isnull;
     Datum d = col(row, colno, &isnull);
     return isnull ? if_null : DatumGetInt32(d);
-}
-
-bool may_take_over_database(Oid db, bool as_template) {
-    Oid me = GetUserId();
-    if (superuser_arg(me)) return true;
-    if (!as_template) return compat::owns_database(db, me);
-    bool createdb = false;
-    HeapTuple t = SearchSysCache1(AUTHOID, ObjectIdGetDatum(me));
-    if (HeapTupleIsValid(t)) {
-        createdb = ((Form_pg_authid)GETSTRUCT(t))->rolcreatedb;
-        ReleaseSysCache(t);
-    }
-    if (!createdb) return false;
-    bool is_template = false;
-    t = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(db));
-    if (HeapTupleIsValid(t)) {
-        is_template = ((Form_pg_database)GETSTRUCT(t))->datistemplate;
-        ReleaseSysCache(t);
-    }
-    return is_template || compat::owns_database(db, me);
 }
 
 bool lock_item(int64_t item_id, bool wait) {

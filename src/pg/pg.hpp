@@ -37,10 +37,13 @@ extern "C" {
 
 namespace pgclaim::pg {
 
-// SQLSTATEs of pg_claim's own conditions (class "PC"); the README lists
-// every code pg_claim raises.
-inline constexpr int kStaleToken = MAKE_SQLSTATE('P', 'C', '0', '0', '1');     // not a live claim
-inline constexpr int kLeaseMismatch = MAKE_SQLSTATE('P', 'C', '0', '0', '2');  // permits differ
+// The integer PostgreSQL's errcode() takes for a five-character SQLSTATE.
+constexpr int sqlstate_code(const char *c) { return MAKE_SQLSTATE(c[0], c[1], c[2], c[3], c[4]); }
+
+// SQLSTATEs of pg_claim's own conditions (class "PC"), from their one
+// definition in core/error.hpp; the README lists every code pg_claim raises.
+inline constexpr int kStaleToken = sqlstate_code(sqlstate::kStaleToken);        // not a live claim
+inline constexpr int kLeaseMismatch = sqlstate_code(sqlstate::kLeaseMismatch);  // permits differ
 
 // What an error carries besides its message: the SQLSTATE (an ERRCODE_*
 // value or one of the above), and optionally a hint and a detail.
@@ -133,14 +136,6 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null);
 
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
-
-// --- databases ---------------------------------------------------------------
-// May the current user run a statement that needs database `db` to itself
-// (DROP, ALTER ... RENAME or SET TABLESPACE: owner; CREATE DATABASE with it
-// as template: CREATEDB and either a template database or its owner)?
-// PostgreSQL checks the same later; the worker is paused only for those who
-// pass, so nobody else can make it restart.
-bool may_take_over_database(Oid db, bool as_template);
 
 // --- locks -------------------------------------------------------------------
 // Transaction-level exclusive locks, released at commit/abort and by a

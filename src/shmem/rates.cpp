@@ -2,7 +2,6 @@
 #include "shmem/rates.hpp"
 
 #include "shmem/txn_table.hpp"
-#include "shmem/wakeup.hpp"
 
 namespace pgclaim::shmem {
 

@@ -1,7 +1,9 @@
 // The registry of databases in shared memory: which databases the launcher
 // knows, the state of their workers, and the pauses that DROP DATABASE and
-// friends ask for.
-#include "shmem/shared.hpp"
+// friends ask for; see registry.hpp.
+#include "shmem/registry.hpp"
+
+#include "shmem/xact_end.hpp"
 
 extern "C" {
 #include "storage/latch.h"
@@ -14,6 +16,9 @@ namespace {
 constexpr int64 kPauseUs = 60 * USECS_PER_SEC;  // how long a pause holds at most
 constexpr int kPauseWaitRounds = 500;           // waits for the worker to leave...
 constexpr long kPauseWaitMs = 10;               // ...of this long each (5 s in all)
+// Pokes asked for by the open transaction (at_commit_poke).
+bool pending_launcher_poke = false;
+bool pending_worker_poke = false;
 }  // namespace
 
 int find_db_slot_locked(Oid db) {
@@ -106,6 +111,24 @@ void poke_launcher() {
     pg_atomic_write_u32(&shared->rescan, 1);
     Latch *l = shared->launcher_latch;
     if (l != nullptr) SetLatch(l);
+}
+
+void at_commit_poke(bool launcher, bool worker) {
+    xact_end_register();
+    pending_launcher_poke |= launcher;
+    pending_worker_poke |= worker;
+}
+
+void pokes_at_xact_end(bool commit) {
+    if (commit && shared != nullptr) {
+        if (pending_launcher_poke) poke_launcher();
+        if (pending_worker_poke) {
+            DbSlot *slot = my_db_slot();
+            Latch *l = slot ? slot->latch : nullptr;
+            if (l != nullptr) SetLatch(l);
+        }
+    }
+    pending_launcher_poke = pending_worker_poke = false;
 }
 
 }  // namespace pgclaim::shmem

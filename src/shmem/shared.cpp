@@ -1,7 +1,8 @@
 // The shared-memory segment of pg_claim: its size, its initialisation and
 // the hooks that request and set it up; also the storage of the settings
-// that every layer reads.
+// that every layer reads. See shared.hpp.
 #include "shmem/shared.hpp"
+
 #include "shmem/metrics.hpp"
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
@@ -20,6 +21,7 @@ extern "C" {
 namespace pgclaim::shmem {
 
 Shared *shared = nullptr;
+bool am_worker = false;
 
 bool guc_worker_enabled = true;
 int guc_worker_naptime_ms = 1000;
@@ -86,6 +88,8 @@ void shmem_startup() {
 }
 
 }  // namespace
+
+bool preloaded() { return shared != nullptr; }
 
 void install_shmem_hooks() {
     prev_shmem_request = shmem_request_hook;

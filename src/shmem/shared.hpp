@@ -1,6 +1,9 @@
 // Shared memory of pg_claim (only when preloaded): waiter slots, the wake
 // stamps that close the race between "found nothing" and "went to sleep",
-// and the registry of databases served by the background workers.
+// and the registry of databases served by the background workers; the
+// settings every layer reads. Defined in shared.cpp, which also sets up the
+// segment and the other shared-memory tables; the services on it have their
+// own files (wakeup, epochs, fencing, notify, registry, frontier, ...).
 //
 // Everything but the atomics is protected by one LWLock (tranche
 // "pg_claim"). Nothing that can raise runs while it is held.
@@ -114,35 +117,19 @@ extern Shared *shared;
 // do not ask for a NOTIFY, it sends them itself).
 extern bool am_worker;
 
-// Settings, defined as GUCs by src/module.cpp (their defaults live there too).
+// Settings, registered as GUCs by src/module.cpp; the variables and their
+// defaults are in shared.cpp.
 extern bool guc_worker_enabled;
 extern int guc_worker_naptime_ms;
 extern int guc_max_databases;
 extern bool guc_notify;
 extern int guc_lease_purge_after_s;  // -1: off
 
-// wakeup.cpp
-uint32 bucket_of(Oid db, int kind, int64 key);
-void add_notify_queue(DbSlot *slot, int32 queue_id);  // no raise
-// At the commit of the current transaction: wake the launcher (it looks for
-// the extension again) and/or this database's worker (it re-checks).
-void at_commit_poke(bool launcher, bool worker);
+// True when the library was preloaded (shared memory and worker available).
+bool preloaded();
 
-// setup.cpp: chain the shared-memory request and startup hooks (from
-// _PG_init, only when preloaded).
+// Chain the shared-memory request and startup hooks (from _PG_init, only
+// when preloaded).
 void install_shmem_hooks();
-
-// registry.cpp: the registry of databases. The *_locked functions expect
-// the caller to hold shared->lock.
-int find_db_slot_locked(Oid db);            // -1 when absent
-int add_db_slot_locked(Oid db, TimestampTz now);  // -1 when full
-DbSlot *my_db_slot();                       // racy lookup, may be NULL; no raise
-// Keep the worker away from `db` for a while and wait (at most 5 s) until
-// it has left. Returns whether anything was paused.
-bool pause_database(Oid db);
-void unpause_database(Oid db);  // no raise
-// Wake the launcher: it re-reads pg_database and probes this database for
-// the extension again. No raise.
-void poke_launcher();
 
 }  // namespace pgclaim::shmem

@@ -10,9 +10,12 @@
 // one of them always sees the other.
 #include "shmem/wakeup.hpp"
 
-#include "shmem/shared.hpp"
 #include "shmem/compat.hpp"
-#include "pg/xact_locks.hpp"
+#include "shmem/notify.hpp"
+#include "shmem/poll.hpp"
+#include "shmem/registry.hpp"
+#include "shmem/shared.hpp"
+#include "shmem/xact_end.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -24,16 +27,12 @@ extern "C" {
 
 namespace pgclaim::shmem {
 
-bool am_worker = false;
-
 namespace {
 
 // Longest single sleep of a waiter while a worker serves the database (it
 // wakes waiters for expired claims and due items), and while none does.
 constexpr long kMaxSleepServedMs = 60000;
 constexpr long kMaxSleepUnservedMs = 250;
-// Without the preload waits poll this often.
-constexpr long kPollMs = 50;
 
 struct Pending {
     int kind;
@@ -46,31 +45,24 @@ struct Pending {
 Pending *pending = nullptr;  // in TopMemoryContext
 int npending = 0;
 int pending_cap = 0;
-bool pending_launcher_poke = false;
-bool pending_worker_poke = false;
 
 // The baton: this backend was woken for (kind, key) and has not gone back
 // to sleep, so it probably took something. If its transaction aborts, or if
 // the wake came from a notification whose count was only a lower bound, it
 // wakes the next waiter of the key when its transaction ends.
 bool finished_waiting = false;  // counted in shared->finished_waiters
-bool pending_changes_bump = false;
 bool baton = false;
 bool baton_on_commit = false;
 int baton_kind = 0;
 int64 baton_key = 0;
 
-bool callbacks_registered = false;
 bool exit_registered = false;
-bool fallback_noticed = false;
 TimestampTz last_wait_end = 0;
 
-void xact_callback(XactEvent event, void *);
-
-void register_callbacks() {
-    if (callbacks_registered) return;
-    RegisterXactCallback(xact_callback, nullptr);
-    callbacks_registered = true;
+uint32 bucket_of(Oid db, int kind, int64 key) {
+    uint64 h = hash_combine64(hash_uint32(db), (uint64)key * UINT64CONST(0x9E3779B97F4A7C15));
+    h = hash_combine64(h, (uint64)kind);
+    return (uint32)(h % kBuckets);
 }
 
 // Keep the maximum: a slower notifier must not move the stamp back.
@@ -116,9 +108,6 @@ void wake_at_transaction_end(bool commit) {
         pg_atomic_fetch_sub_u32(&shared->finished_waiters, 1);
         finished_waiting = false;
     }
-    if (commit && pending_changes_bump && shared != nullptr)
-        (void)pg_atomic_fetch_add_u64(&shared->queue_changes, 1);
-    pending_changes_bump = false;
     if (commit && !baton_on_commit) baton = false;
     bool have = (commit && npending > 0) || baton;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
@@ -142,57 +131,19 @@ void wake_at_transaction_end(bool commit) {
             LWLockRelease(shared->lock);
         }
         // The database's worker sends one coalesced NOTIFY per queue.
-        if (commit && guc_notify && !am_worker) {
-            DbSlot *slot = my_db_slot();
-            if (slot != nullptr) {
-                bool any = false;
-                for (int i = 0; i < npending; ++i)
-                    if (pending[i].kind == (int)WaitKind::Queue) {
-                        add_notify_queue(slot, (int32)pending[i].key);
-                        any = true;
-                    }
-                if (any && pg_atomic_exchange_u32(&slot->notify_pending, 1) == 0) {
-                    Latch *l = slot->latch;
-                    if (l != nullptr) SetLatch(l);
+        DbSlot *slot = commit ? notify_slot() : nullptr;
+        if (slot != nullptr) {
+            bool any = false;
+            for (int i = 0; i < npending; ++i)
+                if (pending[i].kind == (int)WaitKind::Queue) {
+                    add_notify_queue(slot, (int32)pending[i].key);
+                    any = true;
                 }
-            }
-        }
-    }
-    if (commit && shared != nullptr) {
-        if (pending_launcher_poke) poke_launcher();
-        if (pending_worker_poke) {
-            DbSlot *slot = my_db_slot();
-            Latch *l = slot ? slot->latch : nullptr;
-            if (l != nullptr) SetLatch(l);
+            if (any) request_notify(slot);
         }
     }
     npending = 0;
     baton = false;
-    pending_launcher_poke = pending_worker_poke = false;
-}
-
-void xact_callback(XactEvent event, void *) {
-    switch (event) {
-        case XACT_EVENT_COMMIT:
-            // The items this transaction made ready are unlocked before
-            // anyone is woken for them: a woken claimer must find them free.
-            pg::xact_locks_release_all();
-            wake_at_transaction_end(true);
-            break;
-        case XACT_EVENT_ABORT:
-            pg::xact_locks_release_all();
-            wake_at_transaction_end(false);
-            break;
-        case XACT_EVENT_PREPARE:
-            // Whoever commits the prepared transaction does not know what it
-            // made ready: COMMIT PREPARED wakes every waiter of the database
-            // (worker/database_hook.cpp).
-            npending = 0;
-            pending_launcher_poke = pending_worker_poke = false;
-            break;
-        default:
-            break;
-    }
 }
 
 // Leave the waiter slot; returns whether a waker picked us (and whether it
@@ -216,85 +167,19 @@ void on_exit_unregister(int, Datum) {
     if (w->waiting) (void)unregister(w);
 }
 
-void fallback_wait(long timeout_ms) {
-    if (!fallback_noticed) {
-        fallback_noticed = true;
-        ereport(NOTICE,
-                (errmsg("pg_claim waits by polling every %ld ms in this server", kPollMs),
-                 errhint("Add pg_claim to shared_preload_libraries and restart the server to "
-                         "make waits event-driven (woken at the producer's commit).")));
-    }
-    long ms = timeout_ms > kPollMs ? kPollMs : (timeout_ms < 1 ? 1 : timeout_ms);
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
-                    PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-    CHECK_FOR_INTERRUPTS();
-}
-
 }  // namespace
 
-bool preloaded() { return shared != nullptr; }
+void wakeup_at_xact_end(bool commit) { wake_at_transaction_end(commit); }
 
-uint64 queue_drops() { return shared == nullptr ? 0 : pg_atomic_read_u64(&shared->queue_drops); }
-
-void queue_dropped() {
-    if (shared != nullptr) (void)pg_atomic_fetch_add_u64(&shared->queue_drops, 1);
-}
-
-bool tokens_fenced() {
-    static bool fenced_here = false;  // this process saw it already
-    if (fenced_here) return true;
-    if (shared == nullptr) return false;
-    LWLockAcquire(shared->lock, LW_SHARED);
-    for (int i = 0; i < shared->nfenced; ++i)
-        if (shared->fenced[i] == MyDatabaseId) fenced_here = true;
-    LWLockRelease(shared->lock);
-    return fenced_here;
-}
-
-void mark_tokens_fenced() {
-    if (shared == nullptr) return;
-    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-    bool have = false;
-    for (int i = 0; i < shared->nfenced; ++i)
-        if (shared->fenced[i] == MyDatabaseId) have = true;
-    // A full table (more than kMaxDbSlots databases) just keeps flushing.
-    if (!have && shared->nfenced < kMaxDbSlots) shared->fenced[shared->nfenced++] = MyDatabaseId;
-    LWLockRelease(shared->lock);
-}
-
-uint32 bucket_of(Oid db, int kind, int64 key) {
-    uint64 h = hash_combine64(hash_uint32(db), (uint64)key * UINT64CONST(0x9E3779B97F4A7C15));
-    h = hash_combine64(h, (uint64)kind);
-    return (uint32)(h % kBuckets);
-}
-
-void add_notify_queue(DbSlot *slot, int32 queue_id) {
-    SpinLockAcquire(&slot->mutex);
-    bool found = slot->notify_all;
-    for (int i = 0; !found && i < slot->nnotify; ++i) found = slot->notify_queues[i] == queue_id;
-    if (!found) {
-        if (slot->nnotify < kNotifyQueues)
-            slot->notify_queues[slot->nnotify++] = queue_id;
-        else
-            slot->notify_all = true;
-    }
-    SpinLockRelease(&slot->mutex);
-}
-
-void at_commit_poke(bool launcher, bool worker) {
-    register_callbacks();
-    pending_launcher_poke |= launcher;
-    pending_worker_poke |= worker;
-}
+void wakeup_at_prepare() { npending = 0; }
 
 bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
     if (shared == nullptr || MyProc == nullptr ||
         compat::proc_number(MyProc) >= shared->nwaiter_slots) {
-        fallback_wait(timeout_ms);
+        poll_wait(timeout_ms);
         return false;
     }
-    register_callbacks();
+    xact_end_register();
     if (!exit_registered) {
         on_shmem_exit(on_exit_unregister, (Datum)0);
         exit_registered = true;
@@ -359,7 +244,7 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
 namespace {
 void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
     if (shared == nullptr || count <= 0) return;
-    register_callbacks();
+    xact_end_register();
     for (int i = 0; i < npending; ++i)
         if (pending[i].kind == (int)kind && pending[i].key == key) {
             pending[i].count += count;
@@ -385,7 +270,7 @@ void notify_finished(int64 queue_id) {
 
 void finished_wait_begin() {
     if (shared == nullptr || finished_waiting) return;
-    register_callbacks();
+    xact_end_register();
     finished_waiting = true;
     pg_atomic_fetch_add_u32(&shared->finished_waiters, 1);  // full barrier
 }
@@ -417,22 +302,12 @@ void wake_all_waiters() {
     LWLockRelease(shared->lock);
 }
 
-void queues_changed_at_commit() {
-    if (shared == nullptr) return;
-    register_callbacks();
-    pending_changes_bump = true;
-}
-
 bool queue_quiet_since(int32 queue_id, TimestampTz since) {
     if (shared == nullptr || !OidIsValid(MyDatabaseId)) return false;
     uint32 b = bucket_of(MyDatabaseId, (int)WaitKind::Queue, queue_id);
     pg_memory_barrier();
     return (int64)pg_atomic_read_u64(&shared->stamps[b]) < since &&
            (int64)pg_atomic_read_u64(&shared->wake_all_stamp) < since;
-}
-
-uint64 queue_changes() {
-    return shared == nullptr ? 0 : pg_atomic_read_u64(&shared->queue_changes);
 }
 
 void notify_ready(WaitKind kind, int64 key, int64 count) { add_pending(kind, key, count, true); }

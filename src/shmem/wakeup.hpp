@@ -11,8 +11,8 @@
 // waiter; so does one that commits, when the count it was woken for was only
 // a lower bound (see notify_ready). Nothing is woken when a producer aborts.
 //
-// Without the preload, wait_for() naps briefly (and says once, as a NOTICE,
-// that preloading makes waits event-driven) and notify_ready() does nothing.
+// Without the preload, wait_for() naps briefly (poll.hpp) and
+// notify_ready() does nothing.
 #pragma once
 
 #include "pg/pg.hpp"
@@ -60,34 +60,15 @@ void finished_wait_end();
 // sleep see it too.
 void wake_all_waiters();
 
-// Queue settings changed (alter_queue, pause, resume): backends' cached
-// queue definitions are dropped once this transaction commits.
-// queue_changes() is 0 without the preload (cached definitions then live
-// for QueueCache::kTtlUs).
-void queues_changed_at_commit();
-uint64 queue_changes();
-
 // Has no transaction made items of the queue ready (notify_ready) since
 // `since`, and nobody woken every waiter? False without the preload. Never
 // raises.
 bool queue_quiet_since(int32 queue_id, TimestampTz since);
 
-// True when the library was preloaded (shared memory and worker available).
-bool preloaded();
-
-// Tokens after a crash (src/api/tokens.cpp, before_tokens): the first grant
-// in a database after shared memory was set up (server start, crash restart)
-// moves the token sequence far ahead, durably; later grants need no flush.
-// tokens_fenced() tells whether that happened for MyDatabaseId; without the
-// preload it is always false. Neither raises.
-bool tokens_fenced();
-void mark_tokens_fenced();
-
-// Producers cache queue ids (api::producer_queue) for as long as no queue
-// was dropped: drop_queue calls queue_dropped() before it deletes anything,
-// holding the lock that excludes producers. queue_drops() is 0 without the
-// preload (nothing may be cached then). Neither raises.
-uint64 queue_drops();
-void queue_dropped();
+// For xact_end.cpp: the end of the transaction wakes the waiters it made
+// work ready for (COMMIT) and passes a baton on (COMMIT or ABORT, see
+// above); PREPARE drops what it would have woken. No raise.
+void wakeup_at_xact_end(bool commit);
+void wakeup_at_prepare();
 
 }  // namespace pgclaim::shmem

@@ -5,9 +5,14 @@
 // again when the statement failed or finished without removing the
 // database. It also pokes the launcher when CREATE EXTENSION pg_claim
 // commits, and the worker when an extension is dropped.
-#include "worker/worker.hpp"
+#include "worker/database_hook.hpp"
+
+#include "pg/databases.hpp"
+#include "pg/pg.hpp"
 
 #include "shmem/shared.hpp"
+#include "shmem/epochs.hpp"
+#include "shmem/registry.hpp"
 #include "shmem/wakeup.hpp"
 
 extern "C" {

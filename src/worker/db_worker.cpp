@@ -5,7 +5,9 @@
 // (a cancel, a full NOTIFY queue, a failing trigger) rolls the round back,
 // is logged in one line, and the next round comes after a back-off (1 s,
 // doubling up to 30 s, back to none after a round that succeeds).
-#include "worker/worker.hpp"
+#include "worker/round.hpp"
+
+#include "shmem/registry.hpp"
 
 extern "C" {
 #include "pgstat.h"

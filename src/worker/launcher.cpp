@@ -8,14 +8,13 @@
 // than worker slots are free (pg_claim.max_databases, max_worker_processes),
 // they take turns: the one waiting longest starts first, and the worker that
 // has run longest hands its slot on after its current round.
-#include "worker/worker.hpp"
+#include "worker/launcher.hpp"
+
+#include "pg/databases.hpp"
+#include "shmem/shared.hpp"
+#include "shmem/registry.hpp"
 
 extern "C" {
-#include "access/heapam.h"
-#include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
-#include "catalog/pg_database.h"
 #include "pgstat.h"
 #include "tcop/tcopprot.h"
 #include "postmaster/bgworker.h"
@@ -24,7 +23,6 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void pgclaim_launcher_main(Datum arg);
@@ -44,11 +42,6 @@ constexpr int64 kWaitingPollUs = 100 * 1000;   // look again this soon while som
 constexpr int64 kSharingLogEveryUs = 3600 * USECS_PER_SEC;  // log that databases wait at most this often
 constexpr int64 kSlotFreeingUs = 1 * USECS_PER_SEC;  // a yielded slot is usable within this
 
-struct DbEntry {
-    Oid db;
-    NameData name;
-};
-
 BackgroundWorkerHandle *handles[kMaxDbSlots];
 NameData slot_names[kMaxDbSlots];
 bool warned_no_slot = false;
@@ -64,37 +57,7 @@ void launcher_exit(int, Datum) {
     LWLockRelease(shared->lock);
 }
 
-// Connectable, valid, non-template databases, in `cxt`.
-DbEntry *list_databases(MemoryContext cxt, int *n) {
-    int cap = 64, count = 0;
-    DbEntry *list = (DbEntry *)MemoryContextAlloc(cxt, sizeof(DbEntry) * cap);
-    SetCurrentStatementStartTimestamp();
-    StartTransactionCommand();
-    (void)GetTransactionSnapshot();
-    pgstat_report_activity(STATE_RUNNING, "pg_claim launcher: reading pg_database");
-    Relation rel = table_open(DatabaseRelationId, AccessShareLock);
-    TableScanDesc scan = table_beginscan_catalog(rel, 0, nullptr);
-    HeapTuple tup;
-    while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection))) {
-        Form_pg_database f = (Form_pg_database)GETSTRUCT(tup);
-        if (!f->datallowconn || f->datistemplate || database_is_invalid_form(f)) continue;
-        if (count == cap) {
-            cap *= 2;
-            list = (DbEntry *)repalloc(list, sizeof(DbEntry) * cap);
-        }
-        list[count].db = f->oid;
-        list[count].name = f->datname;
-        ++count;
-    }
-    table_endscan(scan);
-    table_close(rel, AccessShareLock);
-    CommitTransactionCommand();
-    pgstat_report_activity(STATE_IDLE, nullptr);
-    *n = count;
-    return list;
-}
-
-void sync_registry(const DbEntry *list, int n, TimestampTz now) {
+void sync_registry(const pg::DatabaseEntry *list, int n, TimestampTz now) {
     LWLockAcquire(shared->lock, LW_EXCLUSIVE);
     for (int i = 0; i < kMaxDbSlots; ++i) {
         DbSlot *s = &shared->dbs[i];
@@ -326,7 +289,7 @@ void pgclaim_launcher_main(Datum) {
         TimestampTz now = GetCurrentTimestamp();
         if (now >= next_scan || pg_atomic_exchange_u32(&shared->rescan, 0) != 0) {
             int n = 0;
-            DbEntry *list = list_databases(cxt, &n);
+            pgclaim::pg::DatabaseEntry *list = pgclaim::pg::list_databases(cxt, &n);
             sync_registry(list, n, now);
             MemoryContextReset(cxt);
             next_scan = now + kRescanUs;

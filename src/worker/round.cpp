@@ -2,12 +2,13 @@
 // whose last allowed lease expired, wake waiters of queues whose claims
 // expired and of leases whose holders expired, purge old lease holdings,
 // and send one coalesced NOTIFY per queue that producers made ready.
-#include "worker/worker.hpp"
+#include "worker/round.hpp"
 
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
 #include "pg/worker_txn.hpp"
+#include "shmem/notify.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -185,15 +186,9 @@ void lease_duties(DbSlot *slot, TimestampTz now, TimestampTz last_expiry, Timest
 
 // One NOTIFY per queue made ready, by producers or by this round.
 void send_notifies(DbSlot *slot, const ReadyList *ready) {
-    pg_atomic_write_u32(&slot->notify_pending, 0);
     int32 *qids = (int32 *)palloc(sizeof(int32) * (kNotifyQueues + kMaxReadyQueues));
-    int nq = 0;
-    SpinLockAcquire(&slot->mutex);
-    bool all = slot->notify_all;
-    for (int i = 0; i < slot->nnotify; ++i) qids[nq++] = slot->notify_queues[i];
-    slot->nnotify = 0;
-    slot->notify_all = false;
-    SpinLockRelease(&slot->mutex);
+    bool all;
+    int nq = take_notify_queues(slot, qids, &all);
     for (int i = 0; i < ready->n; ++i) qids[nq++] = ready->q[i].queue_id;
     if (!all && nq == 0) return;
     Datum *d = (Datum *)palloc(sizeof(Datum) * (nq > 0 ? nq : 1));
@@ -265,7 +260,7 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
     // The NOTIFYs in a transaction of their own: a full NOTIFY queue fails
     // only this one (at its commit), never the duties committed above.
     // Producers set notify_pending after adding their queues.
-    if (guc_notify && (ready->n > 0 || pg_atomic_read_u32(&slot->notify_pending) != 0)) {
+    if (guc_notify && (ready->n > 0 || notify_requested(slot))) {
         pg::worker_txn_begin("pg_claim worker: notify");
         send_notifies(slot, ready);
         pg::worker_txn_commit();

@@ -1,0 +1,40 @@
+// Queues by name: the lookup in claim.queues, and the backend's caches of
+// queue definitions (for claimers) and queue ids (for producers).
+#pragma once
+
+#include "core/queue_cache.hpp"
+#include "pg/pg.hpp"
+
+namespace pgclaim::api {
+
+// A queue's definition (core/queue_cache.hpp).
+using QueueInfo = pgclaim::QueueDef;
+
+// Looks the queue up by name (SPI must be connected); 42704 if unknown.
+QueueInfo lookup_queue(const char *name);
+// The same through the backend's queue cache (core/queue_cache.hpp): for
+// the hot path of workers. An entry holds until a queue is altered,
+// paused or resumed anywhere (shmem::queue_changes), at most kTtlUs.
+QueueInfo lookup_queue_cached(const char *name);
+void forget_queues();
+
+// The backend's caches (queues, scan hints, promotion schedule) describe one
+// installation of the extension: when claim.items is not the table they were
+// filled from (DROP and CREATE EXTENSION reuse queue ids), they are cleared.
+void sync_caches();
+// 42704 for a queue that does not exist.
+[[noreturn]] void unknown_queue(const char *name);
+
+// The id of the queue a producer adds items to (enqueue, trigger enqueue),
+// 42704 when it does not exist. Call it after claim.items was locked for
+// writing (pg::direct::open in Enqueue mode). Cached per backend for as long
+// as no queue was dropped anywhere (shmem::queue_drops); looked up by an
+// index probe otherwise, and always without the preload. `name` is the text
+// datum, `cname` the same as a C string.
+int32 producer_queue(void *direct_tables, Datum name, const char *cname);
+// Forgets the producers' cached queue ids (the abort callback of
+// ready_walk.hpp calls it: a queue created by the aborted transaction is
+// gone). No raise.
+void forget_producer_queues() noexcept;
+
+}  // namespace pgclaim::api

@@ -1,0 +1,68 @@
+// The walk over a queue's ready items (claim_next, group_claim), the
+// promotion of due scheduled items before it, the memo of empty queues, and
+// the abort callbacks that forget hints and cached queue ids.
+#pragma once
+
+#include "core/scan_hint.hpp"
+#include "pg/pg.hpp"
+
+namespace pgclaim::api {
+
+// The abort callbacks, registered once per backend: on abort they forget
+// the hints of queues whose walks moved past items the transaction claimed,
+// and the producers' cached queue ids (queue_lookup.hpp: a queue created by
+// the aborted transaction is gone). No raise.
+void register_xact_callbacks();
+
+// Scheduled items of the queue that are due at `now` become ready, in
+// place (at most pg::kDutyBatch per call); the backend's scan hints of the queue are
+// forgotten when any did, and its promotion schedule learns the earliest
+// run_at still pending. SPI must be connected.
+void promote_due(int32 queue_id, TimestampTz now);
+
+// What a walk over a queue's ready items (claim_next, group_claim) keeps
+// while it looks for claimable items: where the next walk may start (the
+// scan hint, core/scan_hint.hpp) and the items found dead (lease expired on
+// the last allowed attempt; locked here, killed by walk_kill_dead through pg::kill_dead).
+struct ReadyWalk {
+    int32 queue_id;
+    int32 max_attempts;
+    TimestampTz now;
+    bool from_head;  // no hint: the walk starts at the head
+    ScanPos start;   // where it starts otherwise
+    int64 start_expires;  // until when `start` holds (shared frontier)
+    bool hint_have, hint_done;
+    ScanPos hint_pos;
+    int64 claims_end;
+    int64 walk_us;
+    TimestampTz t0;
+    int64 *dead;
+    int ndead, dead_cap;
+    bool advanced;  // the hint moved past an item this walk claimed
+};
+void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
+
+// Empty queues. A claim scan that met no ready item at all (not even a
+// claimed one) remembers when it started; for a short while after (kEmptyUs),
+// while no transaction has made items of the queue ready since (every path
+// that does calls shmem::notify_ready, which stamps the queue at commit), the
+// next scans of this backend are skipped. An empty queue polled under a long
+// snapshot then costs no walk over the rows that snapshot keeps alive. With
+// the preload only.
+bool queue_seen_empty(int32 queue_id, TimestampTz now);
+void remember_empty(int32 queue_id, TimestampTz scan_start);
+void forget_empty(int32 queue_id);
+// One visible ready item at `pos` and its claim row (has_claim, lease_until,
+// attempt). True when it may be claimed: no live claim and attempts left.
+bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);
+void walk_kill_dead(ReadyWalk *w);
+// The walk claimed the item at `pos` (live until `lease_until` once this
+// transaction commits): when the hint stands at it, the next walk may start
+// right after it. Should the transaction (or a subtransaction) abort, the
+// hints and frontiers of the queue are forgotten, so the item is found
+// again at once.
+void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until);
+// Kills what is left and records the hint for the next walk.
+void walk_end(ReadyWalk *w);
+
+}  // namespace pgclaim::api

@@ -1,0 +1,26 @@
+// Fencing tokens (README, "Tokens"; docs/partitions.md): what every
+// function that hands out or takes tokens calls.
+#pragma once
+
+#include "pg/pg.hpp"
+
+namespace pgclaim::api {
+
+// Fencing tokens survive a crash. Every function that hands out tokens
+// calls before_tokens() before its first nextval and after_tokens() once
+// they are granted (SPI connected). With the preload, the first grant in a
+// database after shared memory was set up moves the sequence 2^32 ahead and
+// flushes that; later grants need no flush. Without it, every grant flushes
+// the WAL covering its tokens.
+void before_tokens();
+void after_tokens();
+
+// The checks a call taking a token (argument `argno`) starts with: the
+// token is not NULL (22004) and the server is a primary (25006, naming
+// `fn`). Returns the token.
+int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn);
+
+// PC001 for a token that is not a live claim.
+[[noreturn]] void stale_token(int64 token, const char *why);
+
+}  // namespace pgclaim::api

@@ -1,0 +1,30 @@
+// Per-database flags of the token fence: see fencing.hpp.
+#include "shmem/fencing.hpp"
+
+#include "shmem/shared.hpp"
+
+namespace pgclaim::shmem {
+
+bool tokens_fenced() {
+    static bool fenced_here = false;  // this process saw it already
+    if (fenced_here) return true;
+    if (shared == nullptr) return false;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    for (int i = 0; i < shared->nfenced; ++i)
+        if (shared->fenced[i] == MyDatabaseId) fenced_here = true;
+    LWLockRelease(shared->lock);
+    return fenced_here;
+}
+
+void mark_tokens_fenced() {
+    if (shared == nullptr) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    bool have = false;
+    for (int i = 0; i < shared->nfenced; ++i)
+        if (shared->fenced[i] == MyDatabaseId) have = true;
+    // A full table (more than kMaxDbSlots databases) just keeps flushing.
+    if (!have && shared->nfenced < kMaxDbSlots) shared->fenced[shared->nfenced++] = MyDatabaseId;
+    LWLockRelease(shared->lock);
+}
+
+}  // namespace pgclaim::shmem
