@@ -463,9 +463,10 @@ SELECT coalesce(nullif(current_setting('pg_claim_proxy.spread_wait_slice', true)
                 '50 ms'::interval)
 $$;
 
--- Spread: asks the queue's partitions in turn, from a random one, each for
--- the items still missing (never more than n in all; a partition claims only
--- what it returns), and skips a partition that cannot be reached (PC003
+-- Spread: asks the queue's partitions in turn, from a random one, for up to
+-- n items, and returns those of the first partition that has any (so a
+-- batch is from one partition, as complete_many wants it; a partition claims
+-- only what it returns), skipping a partition that cannot be reached (PC003
 -- when none can). With wait, rounds of claims that wait one slice on each
 -- partition, until items come or wait is over. done goes to the partition
 -- of its first token, which is asked first.
@@ -483,7 +484,6 @@ DECLARE
     i integer;
     k integer;
     got integer;
-    left_ integer;
     reached integer;
     slice interval;
     deadline timestamptz;
@@ -506,7 +506,6 @@ BEGIN
     start := coalesce(CASE WHEN done IS NOT NULL
                            THEN array_position(parts, claim.tokens_partition(done)) - 1 END,
                       floor(random() * cnt)::integer);
-    left_ := n;
     deadline := clock_timestamp() + wait;
     slice := claim.spread_wait_slice();
     LOOP
@@ -514,7 +513,7 @@ BEGIN
         FOR i IN 0 .. cnt - 1 LOOP
             k := parts[1 + (start + i) % cnt];
             BEGIN
-                RETURN QUERY SELECT * FROM claim._on_claim_next(k, queue, left_, lease, w, worker, d);
+                RETURN QUERY SELECT * FROM claim._on_claim_next(k, queue, n, lease, w, worker, d);
                 GET DIAGNOSTICS got = ROW_COUNT;
                 reached := reached + 1;
             EXCEPTION WHEN SQLSTATE 'PC003' THEN
@@ -522,8 +521,7 @@ BEGIN
                 got := 0;
             END;
             d := NULL;
-            left_ := left_ - got;
-            IF left_ = 0 THEN
+            IF got > 0 THEN
                 RETURN;
             END IF;
         END LOOP;
@@ -532,7 +530,7 @@ BEGIN
                 MESSAGE = format('claim.claim_next: no partition of spread queue "%s" can be reached: %s', queue, m),
                 HINT = 'Claims work again once a partition of the queue is back.';
         END IF;
-        EXIT WHEN left_ < n OR clock_timestamp() >= deadline;
+        EXIT WHEN clock_timestamp() >= deadline;
         w := least(slice, deadline - clock_timestamp());
         start := start + 1;
     END LOOP;

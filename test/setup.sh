@@ -39,8 +39,9 @@ PACKAGES=(
     gnuplot-nox                                                 # bench plots
     util-linux passwd                                           # runuser, useradd
 )
-# >>> pg_claim_proxy (docs/partitions.md): PL/Proxy for the front
-PACKAGES+=("postgresql-$PG_MAJOR-plproxy")
+# >>> pg_claim_proxy (docs/partitions.md): PL/Proxy for the front; psycopg
+# for the Python client's direct routing in TAP 142
+PACKAGES+=("postgresql-$PG_MAJOR-plproxy" python3-psycopg)
 # <<< pg_claim_proxy
 missing=()
 for p in "${PACKAGES[@]}"; do
