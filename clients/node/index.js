@@ -3,5 +3,9 @@
 const errors = require('./lib/errors');
 const { Worker, handleSignals, defaultWorkerName } = require('./lib/worker');
 const { Client } = require('./lib/client');
+const { PartitionedClient, PartitionUnreachableError, routeHash, tokenPartition, spreadPartition } = require('./lib/routing');
 
-module.exports = { Worker, Client, handleSignals, defaultWorkerName, ...errors };
+module.exports = {
+  Worker, Client, handleSignals, defaultWorkerName, ...errors,
+  PartitionedClient, PartitionUnreachableError, routeHash, tokenPartition, spreadPartition,
+};

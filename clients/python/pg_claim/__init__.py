@@ -4,6 +4,8 @@
   heartbeat leases, complete or fail, stop cleanly on SIGTERM/SIGINT.
 - :class:`Client`: enqueue (in the caller's transaction), cancel,
   item_state, stats.
+- :class:`PartitionedClient`: calls routed to the partitions of a
+  partitioned pg_claim directly, without the PL/Proxy front (pg_claim.routing).
 - Errors: :class:`PgClaimError` and subclasses, chosen by SQLSTATE.
 """
 from ._common import Interval, Job, Retry, WorkerStats
@@ -14,13 +16,15 @@ from .errors import (Cancelled, InvalidArgument, InvalidName, NotInstalled, NotS
                      NullArgument, PermissionDenied, PermitMismatch, PgClaimError, QueueExists,
                      ReadOnly, StaleToken, Transient, UnknownQueue, classify, error_class,
                      map_error)
+from .routing import PartitionedClient, PartitionUnreachable
 from .worker import Worker, default_conninfo, default_worker_name
 
 __version__ = "0.3.0"
 
 __all__ = [
     "AsyncWorker", "Cancelled", "Client", "Features", "Interval", "InvalidArgument", "InvalidName",
-    "ItemState", "Job", "NotInstalled", "NotSupported", "NullArgument", "PermissionDenied",
+    "ItemState", "Job", "NotInstalled", "NotSupported", "NullArgument", "PartitionedClient",
+    "PartitionUnreachable", "PermissionDenied",
     "PermitMismatch", "PgClaimError", "QueueExists", "QueueStats", "ReadOnly", "Retry",
     "StaleToken", "Transient", "UnknownQueue", "Worker", "WorkerStats", "classify",
     "default_conninfo", "default_worker_name", "error_class", "map_error",
