@@ -7,6 +7,12 @@
 #   front         the same queue through the front
 #   direct x4     all four partitions at once, directly (clients split over them)
 #   front x4      16 queues on all four partitions through the front
+#   front spread  one queue spread over the four partitions, through the front
+#                 (against "front": one queue on one partition, through the front)
+#   py direct     the Python client (psycopg) calling partition 0 itself, queue q0
+#   py routed     pg_claim.PartitionedClient routing the same calls to partition 0
+#                 (against "py direct": the cost of routing in the client; skipped
+#                 without python3 and psycopg)
 # Each figure is the median over BENCH_ROUNDS rounds; the ratios compare
 # windows of the same run. On one machine the four partitions share its
 # cores, so x4 shows the aggregate does not grow here; on separate servers
@@ -101,6 +107,10 @@ sql $F -c "CREATE EXTENSION pg_claim_proxy CASCADE" \
     -c "CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($(IFS=,; echo "${opts[*]}"))" \
     -c "CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$DBUSER')"
 for q in $(seq 0 15); do sql $F -c "SELECT claim.create_queue('q$q', lease => '10 minutes')" >/dev/null; done
+sql $F -c "SELECT claim.create_queue('hot', lease => '10 minutes', spread => true)" >/dev/null
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
+if "$PY" -c 'import psycopg' 2>/dev/null; then HAVE_PY=1; else HAVE_PY=0; log "no python3 with psycopg: the client windows are skipped"; fi
 [[ $(sql $F -c "SELECT claim.route_hash('q0') & 3") == 0 ]] || die "q0 is expected on partition 0"
 
 S=$WORK/scripts
@@ -119,6 +129,43 @@ SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('q' || :q::int) \gse
 SELECT claim.complete(:tok::bigint);
 \endif
 SQL
+cat >"$S/hot.sql" <<'SQL'
+SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('hot') \gset
+\if :tok
+SELECT claim.complete(:tok::bigint);
+\endif
+SQL
+# claim_next(n => 1) + complete(token) by CLIENTS threads for DUR seconds, on
+# partition 0 itself (direct) or through pg_claim.PartitionedClient (routed);
+# prints items/s.
+cat >"$S/client.py" <<'PYTHON'
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import psycopg
+from pg_claim.routing import PartitionedClient
+mode, dur, clients, dsns = sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+counts = [0] * clients
+def direct(i, stop):
+    with psycopg.connect(dsns[0], autocommit=True) as c:
+        while time.monotonic() < stop:
+            r = c.execute("SELECT token FROM claim.claim_next(%s, %s, %s::interval, %s::interval)", ["q0", 1, None, "0"]).fetchall()
+            if r:
+                c.execute("SELECT claim.complete(%s, %s)", [r[0][0], None])
+                counts[i] += 1
+def routed(i, stop):
+    with PartitionedClient(dsns) as c:
+        while time.monotonic() < stop:
+            r = c.claim_next("q0", 1)
+            if r:
+                c.complete(r[0]["token"])
+                counts[i] += 1
+stop = time.monotonic() + dur
+ts = [threading.Thread(target=direct if mode == "direct" else routed, args=(i, stop)) for i in range(clients)]
+t0 = time.monotonic()
+for t in ts: t.start()
+for t in ts: t.join()
+print(sum(counts) / (time.monotonic() - t0))
+PYTHON
 # The front's queue-to-partition map, for the direct x4 window.
 declare -A HOME
 for q in $(seq 0 15); do HOME[$q]=$(sql $F -c "SELECT claim.route_hash('q$q') & 3"); done
@@ -140,10 +187,17 @@ fill() {
     local k q n
     for q in $(seq 0 15); do
         k=${HOME[$q]}
-        if [[ $q == 0 ]]; then n=$((DUR * 8000)); else n=$((DUR * 1500)); fi
+        if [[ $q == 0 ]]; then n=$((DUR * 16000)); else n=$((DUR * 1500)); fi
         sql "$k" -c "SELECT count(*) FROM claim.enqueue_many('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
     done
+    sql $F -c "SELECT count(*) FROM claim.enqueue_many('hot', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $((DUR * 8000)))))" >/dev/null
     for k in 0 1 2 3; do sql "$k" -c "VACUUM ANALYZE" >/dev/null; done
+}
+DSNS=()
+for k in 0 1 2 3; do DSNS+=("host=$WORK port=$(port_of "$k") dbname=postgres user=$DBUSER"); done
+client() {  # mode, log
+    if [[ $HAVE_PY == 0 ]]; then echo nan; return; fi
+    "${AS[@]}" "$PY" "$S/client.py" "$HERE/../../clients/python" "$1" "$DUR" "$CLIENTS" "${DSNS[@]}" 2>"$2" | tail -1
 }
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$1"; }
 bench() {  # node, script, clients, log
@@ -168,7 +222,13 @@ for r in $(seq 1 "$ROUNDS"); do
     wait "${pids[@]}"
     d4=$(cat "$WORK"/d4-* | awk '{s += $1} END {print s}')
     f4=$(bench $F "$S/spread.sql" "$CLIENTS" "$OUT/front4-$r.log")
+    fs=$(bench $F "$S/hot.sql" "$CLIENTS" "$OUT/frontspread-$r.log")
+    pd=$(client direct "$OUT/pydirect-$r.log")
+    pr=$(client routed "$OUT/pyrouted-$r.log")
     R[direct]+="$d "; R[front]+="$f "; R[direct4]+="$d4 "; R[front4]+="$f4 "
+    R[fspread]+="$fs "; R[pydirect]+="$pd "; R[pyrouted]+="$pr "
+    R[spread]+="$(awk -v a="$fs" -v b="$f" 'BEGIN {print a / b}') "
+    R[route]+="$(awk -v a="$pr" -v b="$pd" 'BEGIN {print (b > 0) ? a / b : "nan"}') "
     # Ratios within a round (windows run back to back): steadier than ratios
     # of medians when neighbours load the machine unevenly.
     R[hop]+="$(awk -v a="$f" -v b="$d" 'BEGIN {print a / b}') "
@@ -178,11 +238,14 @@ for r in $(seq 1 "$ROUNDS"); do
         [[ $(sql "$k" -c "SELECT count(*) FILTER (WHERE ready = 0) FROM claim.queue_stats") == 0 ]] \
             || die "a queue ran dry during round $r: raise the fill"
     done
-    log "round $r: direct $d front $f direct x4 $d4 front x4 $f4"
+    [[ $(sql $F -c "SELECT ready > 0 FROM claim.queue_stats WHERE queue = 'hot'") == t ]] \
+        || die "the spread queue ran dry during round $r: raise the fill"
+    log "round $r: direct $d front $f direct x4 $d4 front x4 $f4 front spread $fs py direct $pd py routed $pr"
 done
 
 m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
 d=$(m direct); f=$(m front); d4=$(m direct4); f4=$(m front4)
+fs=$(m fspread); pd=$(m pydirect); pr=$(m pyrouted)
 {
     echo "pg_claim through a PL/Proxy front: claim_next(n => 1) + complete(token), $CLIENTS clients,"
     echo "$DUR s windows, median of $ROUNDS rounds, $(nproc) cores shared by 4 partitions and the front"
@@ -191,8 +254,13 @@ d=$(m direct); f=$(m front); d4=$(m direct4); f4=$(m front4)
     printf '%-44s %12.0f\n' "through the front, the same queue" "$f"
     printf '%-44s %12.0f\n' "direct, four partitions at once" "$d4"
     printf '%-44s %12.0f\n' "through the front, 16 queues on 4 partitions" "$f4"
+    printf '%-44s %12.0f\n' "through the front, one queue spread over 4" "$fs"
+    printf '%-44s %12.0f\n' "Python client, direct call on partition 0" "$pd"
+    printf '%-44s %12.0f\n' "Python client, routed (PartitionedClient)" "$pr"
     echo "ratios (median of the per-round ratios):"
     printf 'front / direct (the cost of the hop):  %.2fx\n' "$(m hop)"
     printf 'front x4 / direct x4:                  %.2fx\n' "$(m hop4)"
     printf 'direct x4 / direct (one machine):      %.2fx\n' "$(m grow)"
+    printf 'front spread / front (one partition):  %.2fx\n' "$(m spread)"
+    printf 'py routed / py direct (target >= 0.9): %.2fx\n' "$(m route)"
 } | tee "$OUT/summary.txt"
