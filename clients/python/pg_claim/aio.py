@@ -1,67 +1,51 @@
 """The asyncio worker: the same loop as :class:`pg_claim.Worker` on psycopg's
-AsyncConnection, with one task (and one connection) per concurrent job."""
+AsyncConnection, with one task (and one connection) per concurrent job.
+What the two workers decide alike is in :mod:`pg_claim._loop`."""
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import signal
 import threading
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, List, Optional, Tuple, Union
 
 import psycopg
 
-from ._common import Interval, Job, Retry, WorkerStats, to_interval
+from ._common import Job, Retry, WorkerStats
 from ._features import FEATURES_SQL, Features
-from .errors import is_fatal, map_error
-from .worker import (ASSERT_SQL, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, _Fatal,
-                     connect_kwargs_for, default_conninfo, default_worker_name, log_failure, COMPLETE_RESULT_SQL, LEASE_SECONDS_SQL, ClaimSQL, LeaseClock,
-                     COMPLETE_SQL, EXTEND_SQL, FAIL_SQL, RELEASE_SQL, STALE, _error_text,
-                     _sqlstate)
-from psycopg.types.json import Jsonb
-
-log = logging.getLogger("pg_claim.worker")
+from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
+                    _Abandoned, _error_text, _sqlstate, log)
+from .errors import map_error
+from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
+                     LeaseClock, complete_statement, connect_kwargs_for)
 
 AsyncHandler = Callable[[Job], Union[Awaitable[Any], Any]]
 
 
-class _Abandoned(Exception):
-    pass
-
-
-class _ASlot:
+class _ASlot(SlotState):
     def __init__(self, index: int) -> None:
-        self.index = index
+        super().__init__(index)
         self.conn: Optional[psycopg.AsyncConnection[Any]] = None
         self.cond = asyncio.Condition()
-        self.state = "idle"
-        self.job: Optional[Job] = None
-        self.lost = False
-        self.abandoned = False
-        self.next_beat = 0.0
-        self.beat_idle = False
-        self.beat_wake_at = 0.0
-        self.started = 0               # jobs started in this slot
-        self.last_cancel = 0.0
         self.task: Optional["asyncio.Task[None]"] = None
         self.beat_task: Optional["asyncio.Task[None]"] = None
-        self.closed = False
         self.leases = LeaseClock(None)
         self.released = 0              # token this slot released itself at shutdown
-        self._cur: Optional[psycopg.AsyncCursor[Any]] = None
-
-    def claim_cursor(self) -> "psycopg.AsyncCursor[Any]":
-        """The slot task's cursor for its claims and outcomes, one per
-        connection."""
-        cur = self._cur
-        if cur is None or cur.connection is not self.conn:
-            assert self.conn is not None
-            cur = self._cur = self.conn.cursor()
-        return cur
 
 
-class AsyncWorker:
+async def _finish(task: "Optional[asyncio.Task[None]]") -> None:
+    """Cancel ``task`` and wait for it to end, whatever it raises."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except BaseException:
+        pass
+
+
+class AsyncWorker(WorkerBase):
     """asyncio version of :class:`pg_claim.Worker` (same arguments).
 
     ``handler`` is normally ``async def handler(job)``; a plain function's
@@ -71,43 +55,15 @@ class AsyncWorker:
     the handler's transaction.
     """
 
-    def __init__(self, conninfo: Optional[str], queue: str, handler: AsyncHandler, *,
-                 concurrency: int = 1, lease: Optional[Interval] = None,
-                 wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
-                 name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
-                 max_jobs: Optional[int] = None, prepare: bool = False,
-                 connect_kwargs: Optional[Dict[str, Any]] = None,
-                 handle_signals: bool = True, cancel_on_stop: bool = True) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if grace < 0:
-            raise ValueError("grace must not be negative")
-        self.conninfo = default_conninfo(conninfo)
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.lease = to_interval(lease)
-        self.wait = to_interval(wait)
-        self.grace = float(grace)
-        self.transactional = transactional
-        self.name = name or default_worker_name()
-        self.heartbeat = heartbeat
-        self.burst = burst
-        self.max_jobs = max_jobs
-        self.prepare = prepare
-        self.connect_kwargs = dict(connect_kwargs or {})
-        self.handle_signals = handle_signals
-        self.cancel_on_stop = cancel_on_stop
+    def _init_runtime(self) -> None:
         self.stats = WorkerStats()
         self.features: Optional[Features] = None
         self._stop: Optional[asyncio.Event] = None
         self._hurry = False
         self._stop_requested = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._tickets = 0
         self._slots: List[_ASlot] = []
         self._sql: Optional[ClaimSQL] = None
-        self._fatal: Optional[BaseException] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -166,9 +122,6 @@ class AsyncWorker:
         log.info("worker %s: signal %d, stopping", self._label(), signum)
         self.stop()
 
-    def _label(self) -> str:
-        return self.name or self.queue
-
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
         kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
         conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
@@ -185,14 +138,12 @@ class AsyncWorker:
         cur = await conn.execute(FEATURES_SQL)
         self.features = Features.from_rows(await cur.fetchall())
         self._sql = ClaimSQL(conn, self.queue, self.lease, self.wait, self.name)
-        fixed: Optional[float] = None
+        fixed = None
         if self.lease is not None:
             cur = await conn.execute(LEASE_SECONDS_SQL, (self.lease,))
-            row = await cur.fetchone()
-            fixed = max(float(row[0]), 0.001) if row is not None else None
+            fixed = LeaseClock.seconds_of(await cur.fetchone())
         for slot in self._slots:
             slot.leases = LeaseClock(fixed)
-        for slot in self._slots:
             if self.heartbeat:
                 slot.beat_task = asyncio.ensure_future(self._beat_main(slot))
             slot.task = asyncio.ensure_future(self._slot_main(slot))
@@ -215,28 +166,17 @@ class AsyncWorker:
         for slot in self._slots:
             if slot.task is None or slot.task.done():
                 continue
-            job = slot.job
-            if job is None:
-                self._cancel(slot)
-                waiting.append(slot)
-                continue
-            slot.abandoned = True
-            if self.transactional:
-                # The slot rolls back and releases the item itself.
-                self._cancel(slot)
-                held_tx.append((slot, job))
-            else:
-                await self._release(slot, job)
             waiting.append(slot)
+            job = self._abandon(slot, cancel_idle=True)
+            if job is not None and self.transactional:
+                held_tx.append((slot, job))   # the slot rolls back and releases it itself
+            elif job is not None:
+                await self._release(slot, job)
         if waiting:
             await asyncio.wait([s.task for s in waiting if s.task is not None], timeout=1.0)
         for slot in waiting:
             if slot.task is not None and not slot.task.done():
-                slot.task.cancel()
-                try:
-                    await slot.task
-                except BaseException:
-                    pass
+                await _finish(slot.task)
         for slot, job in held_tx:
             if slot.released != job.token:
                 await self._release_fresh(slot, job)
@@ -250,10 +190,9 @@ class AsyncWorker:
                 await slot.conn.close()
             except Exception as exc:
                 log.debug("close failed: %s", exc)
-        kwargs = dict(self.connect_kwargs)
-        kwargs.setdefault("prepare_threshold", None)
         try:
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **kwargs)
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
+                                                         **self._fresh_kwargs())
             try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '5s'")
@@ -261,118 +200,64 @@ class AsyncWorker:
             finally:
                 await conn.close()
             self.stats.released += 1
-            log.warning("worker %s: job %d still running after the grace period: its "
-                        "transaction was rolled back and the item released", self._label(), job.id)
+            self._log_release(job, None, fresh=True, how="rolled back")
         except psycopg.Error as exc:
-            if _sqlstate(exc) != STALE:
-                log.warning("worker %s: could not release job %d (%s); it returns when its "
-                            "lease ends", self._label(), job.id, _error_text(exc))
-
-    def _cancel(self, slot: _ASlot) -> None:
-        if not self.cancel_on_stop:
-            return
-        conn = slot.conn
-        if conn is not None and not conn.closed:
-            try:
-                conn.cancel()
-            except psycopg.Error as exc:
-                log.debug("cancel failed: %s", exc)
+            self._log_release(job, exc, fresh=True)
 
     async def _release(self, slot: _ASlot, job: Job) -> None:
-        conn = slot.conn
         try:
-            assert conn is not None
-            await conn.execute(RELEASE_SQL, (job.token,))
+            assert slot.conn is not None
+            await slot.conn.execute(RELEASE_SQL, (job.token,))
             self.stats.released += 1
-            log.warning("worker %s: job %d still running after the grace period: released "
-                        "(its outcome will be dropped)", self._label(), job.id)
+            self._log_release(job, None, fresh=False)
         except psycopg.Error as exc:
-            log.warning("worker %s: could not release job %d (%s); it returns when its lease ends",
-                        self._label(), job.id, exc)
+            self._log_release(job, exc, fresh=False)
 
     async def _close(self) -> None:
         for slot in self._slots:
             slot.closed = True
-            if slot.beat_task is not None:
-                slot.beat_task.cancel()
-                try:
-                    await slot.beat_task
-                except BaseException:
-                    pass
+            await _finish(slot.beat_task)
             if slot.conn is not None and not slot.conn.closed:
                 await slot.conn.close()
 
     # -- the slot loop -------------------------------------------------------
-    def _take_ticket(self) -> bool:
-        if self.max_jobs is None:
-            return True
-        if self._tickets >= self.max_jobs:
-            return False
-        self._tickets += 1
-        return True
-
-    def _return_ticket(self) -> None:
-        if self.max_jobs is not None:
-            self._tickets -= 1
-
     def _set_fatal(self, exc: BaseException) -> None:
-        if self._fatal is None:
-            log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
-            self._fatal = exc
+        self._fatal_first(exc)
         self.stop()
 
     async def _slot_main(self, slot: _ASlot) -> None:
         assert self._stop is not None
-        pending: List[int] = []
-        backoff = BACKOFF_FIRST
+        pending: List[int]
+        backoff, pending = BACKOFF_FIRST, []
         try:
             while not self._stop.is_set():
                 try:
                     if not self._take_ticket():
                         break
                     rows = await self._claim(slot, pending)
-                    pending = []
-                    if rows is None:
-                        self._return_ticket()
+                    pending, backoff = [], BACKOFF_FIRST
+                    if not rows and self._slot_ends(rows):
                         break
-                    if not rows:
-                        self._return_ticket()
-                        if self.burst:
-                            break
-                        continue
-                    backoff = BACKOFF_FIRST
-                    job = slot.leases.job(self.queue, rows[0])
-                    if await self._process(slot, job):
-                        pending = [job.token]
-                except _Fatal as fatal:
-                    self._set_fatal(fatal.exc)
+                    if rows:
+                        job = slot.leases.job(self.queue, rows[0])
+                        if await self._process(slot, job):
+                            pending = [job.token]
+                except Exception as exc:  # what the slot does next is _slot_error's
                     pending = []
-                    break
-                except psycopg.Error as exc:
-                    pending = []
-                    if _sqlstate(exc) in FATAL:
-                        self._set_fatal(exc)
-                        break
-                    conn = slot.conn
-                    if conn is None or conn.closed or conn.broken:
+                    step = self._slot_error(slot, exc, backoff)
+                    if step == "reconnect":
                         await self._reconnect(slot, exc)
-                    else:
-                        log.warning("worker %s: slot %d: %s (SQLSTATE %s); retrying in %.1f s",
-                                    self._label(), slot.index, _error_text(exc), _sqlstate(exc),
-                                    backoff)
+                    elif step == "retry":
                         await self._sleep(backoff)
-                        backoff = min(backoff * 2, BACKOFF_MAX)
-                except Exception:
-                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
-                    pending = []
-                    await self._sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    after = self._next_backoff(step, backoff)
+                    if after is None:
+                        break
+                    backoff = after
             if pending:
                 try:
                     await self._complete_now(slot, pending[0], None)
                 except psycopg.Error as exc:
-                    log.warning("worker %s: could not complete job token %d (%s); it returns "
-                                "when its lease ends", self._label(), pending[0], _error_text(exc))
+                    self._log_pending_lost(pending[0], exc)
         finally:
             slot.state = "done"
 
@@ -386,8 +271,7 @@ class AsyncWorker:
 
     async def _reconnect(self, slot: _ASlot, exc: BaseException) -> None:
         assert self._stop is not None
-        log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
-                    self._label(), slot.index, _error_text(exc))
+        self._log_reconnect(slot, exc, failed=False)
         delay = BACKOFF_FIRST
         while not self._stop.is_set():
             try:
@@ -397,8 +281,7 @@ class AsyncWorker:
                     await old.close()
                 return
             except psycopg.OperationalError as err:
-                log.warning("worker %s: reconnect failed (%s); next try in %.1f s",
-                            self._label(), _error_text(err), delay)
+                self._log_reconnect(slot, err, failed=True, delay=delay)
                 await self._sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 
@@ -410,8 +293,6 @@ class AsyncWorker:
 
     async def _claim(self, slot: _ASlot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
         assert self._stop is not None
-        conn = slot.conn
-        assert conn is not None
         if self._stop.is_set():
             if pending:
                 await self._complete_now(slot, pending[0], None)
@@ -423,19 +304,14 @@ class AsyncWorker:
             if pending:
                 try:
                     rows = await self._fetch(slot, slot.leases.pick(q).done, (pending,))
-                    self.stats.completed += len(pending)
-                    if rows:
-                        self.stats.claimed += 1
+                    if self._done_counted(self.stats, pending, rows):
                         return rows
                 except psycopg.Error as exc:
-                    if _sqlstate(exc) == STALE:
+                    step = self._done_error(exc)
+                    if step == "stale":
                         self.stats.stale += len(pending)
-                        log.warning("worker %s: stale token at completion (%s); outcome dropped",
-                                    self._label(), exc.diag.message_primary)
-                    elif _sqlstate(exc) == CANCELED:
+                    elif step == "redo":
                         await self._complete_now(slot, pending[0], None)
-                        if self._stop.is_set():
-                            return None
                     else:
                         raise
                 if self._stop.is_set():
@@ -443,19 +319,11 @@ class AsyncWorker:
             try:
                 rows = await self._fetch(slot, slot.leases.pick(q).plain, None)
             except psycopg.Error as exc:
-                if _sqlstate(exc) == CANCELED:
-                    if self._stop.is_set():
-                        return None
-                    log.warning("worker %s: claim cancelled (%s)", self._label(),
-                                exc.diag.message_primary)
-                    return []
-                raise
-            if rows:
-                self.stats.claimed += 1
+                return self._claim_failed(exc)
+            self.stats.claimed += 1 if rows else 0
             return rows
         except psycopg.Error as exc:
-            if is_fatal(exc):
-                raise _Fatal(exc) from exc
+            self._claim_fatal(exc)
             raise
         finally:
             if slot.state == "claiming":
@@ -463,12 +331,7 @@ class AsyncWorker:
 
     async def _start_job(self, slot: _ASlot, job: Job) -> None:
         async with slot.cond:
-            slot.job = job
-            slot.lost = False
-            slot.abandoned = False
-            slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
-            slot.started += 1
-            if slot.beat_idle or slot.next_beat < slot.beat_wake_at:
+            if slot.begin(job):
                 slot.cond.notify()
 
     async def _end_job(self, slot: _ASlot) -> Tuple[bool, bool]:
@@ -496,25 +359,14 @@ class AsyncWorker:
         except Exception as exc:
             outcome = ("fail", exc)
         abandoned, lost = await self._end_job(slot)
-        if abandoned:
-            log.info("worker %s: job %d finished after it was released; outcome dropped",
-                     self._label(), job.id)
-            return False
-        if lost:   # the heartbeat said so; nothing to send
+        step, value, after = self._outcome(job, abandoned, lost, self._stop.is_set(), outcome)
+        if step == "stale":
             self.stats.stale += 1
-            return False
-        kind, value = outcome
-        if kind == "ok":
-            if (value is None and self.features is not None and self.features.claim_done
-                    and not self._stop.is_set()):
-                return True
+        elif step == "complete":
             await self._complete_now(slot, job.token, value)
-        elif kind == "retry":
-            await self._fail_now(slot, job, _error_text(value), value.after)
-        else:
-            log_failure(self._label(), job, value)
-            await self._fail_now(slot, job, _error_text(value), None)
-        return False
+        elif step == "fail":
+            await self._fail_now(slot, job, value, after)
+        return step == "defer"
 
     async def _process_tx(self, slot: _ASlot, job: Job) -> None:
         conn = slot.conn
@@ -530,88 +382,63 @@ class AsyncWorker:
                     abandoned, _lost = await self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
-                await self._execute_complete(slot.claim_cursor(), job.token, result)
+                await slot.claim_cursor().execute(*complete_statement(self.features, job.token,
+                                                                      result))
             self.stats.completed += 1
         except _Abandoned:
             await self._release_after_abandon(slot, job)
-        except Retry as exc:
-            if slot.abandoned:
-                await self._release_after_abandon(slot, job)
-            else:
-                await self._fail_now(slot, job, _error_text(exc), exc.after)
         except Exception as exc:
-            if _sqlstate(exc) == STALE or slot.lost:
+            step, after = self._tx_error(job, exc, slot.lost, slot.abandoned, conn)
+            if step == "stale":
                 self.stats.stale += 1
-                if not slot.lost:   # else the heartbeat said so
-                    log.warning("worker %s: job %d attempt %d: token is stale, its writes were "
-                                "rolled back (%s)", self._label(), job.id, job.attempt,
-                                _error_text(exc))
-            elif slot.abandoned:
+            elif step == "release":
                 await self._release_after_abandon(slot, job)
-            elif conn.closed or conn.broken:   # the slot's connection is gone
+            elif step == "raise":
                 raise
             else:
-                log_failure(self._label(), job, exc)
-                await self._fail_now(slot, job, _error_text(exc), None)
+                await self._fail_now(slot, job, _error_text(exc), after)
         finally:
             job.conn = None
 
     async def _release_after_abandon(self, slot: _ASlot, job: Job) -> None:
-        conn = slot.conn
-        assert conn is not None
         try:
-            await conn.execute(RELEASE_SQL, (job.token,))
+            assert slot.conn is not None
+            await slot.conn.execute(RELEASE_SQL, (job.token,))
             self.stats.released += 1
             slot.released = job.token
-            log.warning("worker %s: job %d rolled back and released at shutdown",
-                        self._label(), job.id)
+            self._log_abandon_release(job, None)
         except psycopg.Error as exc:
-            if _sqlstate(exc) == STALE:   # its lease ran out meanwhile: ready anyway
-                log.info("worker %s: job %d rolled back; its lease had already ended",
-                         self._label(), job.id)
-            else:
-                log.warning("worker %s: job %d rolled back; release failed (%s)",
-                            self._label(), job.id, _error_text(exc))
+            self._log_abandon_release(job, exc)
 
-    async def _execute_complete(self, cur: "psycopg.AsyncCursor[Any]", token: int,
-                                result: Any) -> None:
-        if result is not None and self.features is not None and self.features.complete_result:
-            await cur.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
-        else:
-            await cur.execute(COMPLETE_SQL, (token,))
+    async def _outcome_now(self, slot: _ASlot, query: str, params: Tuple[Any, ...],
+                           attempt: int = 0) -> None:
+        """Run a completion statement, again when a cancel meant for a claim
+        hit it (at most three times in all)."""
+        try:
+            await slot.claim_cursor().execute(query, params)
+        except psycopg.Error as exc:
+            if _sqlstate(exc) != CANCELED or attempt == 2:
+                raise
+            await self._outcome_now(slot, query, params, attempt + 1)
+
+    async def _send_outcome(self, slot: _ASlot, query: str, params: Tuple[Any, ...],
+                            counter: str, what: str, subject: Any) -> None:
+        """Complete or fail (``what``) and count it; a stale token is counted
+        and its outcome dropped."""
+        try:
+            await self._outcome_now(slot, query, params)
+        except psycopg.Error as exc:
+            self._stale_outcome(what, subject, exc)
+            counter = "stale"
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
 
     async def _complete_now(self, slot: _ASlot, token: int, result: Any) -> None:
-        for attempt in range(3):
-            try:
-                await self._execute_complete(slot.claim_cursor(), token, result)
-                self.stats.completed += 1
-                return
-            except psycopg.Error as exc:
-                if _sqlstate(exc) == STALE:
-                    self.stats.stale += 1
-                    log.warning("worker %s: stale token %d at completion (%s); outcome dropped",
-                                self._label(), token, exc.diag.message_primary)
-                    return
-                if _sqlstate(exc) != CANCELED or attempt == 2:
-                    raise
+        query, params = complete_statement(self.features, token, result)
+        await self._send_outcome(slot, query, params, "completed", "complete", token)
 
     async def _fail_now(self, slot: _ASlot, job: Job, error: str, retry_in: Any) -> None:
-        for attempt in range(3):
-            try:
-                await slot.claim_cursor().execute(FAIL_SQL, (job.token, error, retry_in))
-                if retry_in is not None:
-                    self.stats.retried += 1
-                else:
-                    self.stats.failed += 1
-                return
-            except psycopg.Error as exc:
-                if _sqlstate(exc) == STALE:
-                    self.stats.stale += 1
-                    log.warning("worker %s: stale token for job %d at fail (%s); outcome dropped",
-                                self._label(), job.id, exc.diag.message_primary)
-                    return
-                if _sqlstate(exc) != CANCELED or attempt == 2:
-                    raise
+        await self._send_outcome(slot, FAIL_SQL, (job.token, error, retry_in),
+                                 "failed" if retry_in is None else "retried", "fail", job)
 
     # -- heartbeat -----------------------------------------------------------
     async def _beat_main(self, slot: _ASlot) -> None:
@@ -620,49 +447,27 @@ class AsyncWorker:
         async with slot.cond:
             while not slot.closed:
                 job = slot.job
-                if job is None or slot.lost or slot.abandoned:
-                    if slot.started != seen:
-                        # Jobs ran since the last look: wait one beat period
-                        # with a timeout, so that short jobs do not each have
-                        # to wake this thread.
-                        seen = slot.started
-                        slot.beat_wake_at = time.monotonic() + period
-                        try:
-                            await asyncio.wait_for(slot.cond.wait(), period)
-                        except asyncio.TimeoutError:
-                            pass
-                    else:
-                        slot.beat_idle = True
-                        await slot.cond.wait()
-                        slot.beat_idle = False
+                wait, seen, period = slot.beat_plan(seen, period)
+                if wait == 0.0:
+                    slot.beat_idle = True
+                    await slot.cond.wait()
+                    slot.beat_idle = False
                     continue
-                period = job.lease_seconds / 3.0
-                delay = slot.next_beat - time.monotonic()
-                if delay > 0:
-                    slot.beat_wake_at = time.monotonic() + delay
+                if wait is not None:
                     try:
-                        await asyncio.wait_for(slot.cond.wait(), delay)
+                        await asyncio.wait_for(slot.cond.wait(), wait)
                     except asyncio.TimeoutError:
                         pass
                     continue
-                slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
-                conn = slot.conn
                 try:
-                    assert conn is not None
-                    await conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    assert slot.conn is not None and job is not None
+                    await slot.conn.execute(EXTEND_SQL, (job.token, self.lease))
                     self.stats.extended += 1
-                except psycopg.Error as exc:
-                    if _sqlstate(exc) == STALE:
-                        slot.lost = True
-                        log.warning("worker %s: job %d attempt %d lost its lease (%s); its "
-                                    "outcome will be dropped", self._label(), job.id,
-                                    job.attempt, exc.diag.message_primary)
-                    else:
-                        log.debug("heartbeat of job %d: %s", job.id, exc)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    log.debug("heartbeat of job %d: %s", job.id, exc)
+                    if job is not None and self._beat_failed(job, exc):
+                        slot.lost = True
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:

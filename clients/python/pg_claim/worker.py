@@ -11,9 +11,7 @@ one round trip per job.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -23,9 +21,16 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
-from ._common import Interval, Job, Retry, WorkerStats, sum_stats, to_interval
+from ._common import Job, Retry, WorkerStats, sum_stats
 from ._features import FEATURES_SQL, Features
-from .errors import is_fatal, map_error
+from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
+                    _Abandoned, _error_text, _sqlstate, default_conninfo,
+                    default_worker_name, log_failure)
+from .errors import map_error
+
+__all__ = ["Worker", "default_conninfo", "default_worker_name", "ClaimSQL", "LeaseClock",
+           "connect_kwargs_for", "log_failure", "STALE", "CANCELED", "FATAL",
+           "BACKOFF_FIRST", "BACKOFF_MAX"]
 
 log = logging.getLogger("pg_claim.worker")
 
@@ -70,37 +75,14 @@ EXTEND_SQL = "SELECT claim.extend(%s::bigint, %s::interval)"
 RELEASE_SQL = "SELECT claim.release(%s::bigint)"
 ASSERT_SQL = "SELECT claim.assert_token(%s::bigint)"
 
-STALE = "PC001"
-CANCELED = "57014"
-# Errors no retry can fix, wherever they come from: the worker stops and
-# run() raises them (mapped). Unknown queue, no privilege, no such function
-# or schema (extension missing). A claim statement's errors are judged by
-# errors.is_fatal, which adds the classes of a bad argument.
-FATAL = frozenset({"42704", "42501", "42883", "3F000"})
-# Backoff of a slot after an error that a retry may fix (seconds).
-BACKOFF_FIRST = 0.5
-BACKOFF_MAX = 30.0
 
-
-def default_conninfo(conninfo: Optional[str] = None) -> str:
-    """The connection string to use: the one given, else $PG_CLAIM_DSN, else
-    "" (libpq's PG* environment variables and defaults)."""
-    if conninfo:
-        return conninfo
-    return os.environ.get("PG_CLAIM_DSN", "")
-
-
-def default_worker_name() -> str:
-    """host:pid, recorded as the claims' worker unless a name is given."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _Fatal(Exception):
-    """A claim statement's error that no retry can fix."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
+def complete_statement(features: Optional[Features], token: int,
+                       result: Any) -> Tuple[str, Tuple[Any, ...]]:
+    """The completion of ``token``: with its result where the server keeps
+    results (and there is one)."""
+    if result is not None and features is not None and features.complete_result:
+        return COMPLETE_RESULT_SQL, (token, Jsonb(result))
+    return COMPLETE_SQL, (token,)
 
 
 def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
@@ -119,25 +101,6 @@ def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
     return kwargs
 
 
-def _sqlstate(exc: BaseException) -> Optional[str]:
-    return getattr(exc, "sqlstate", None)
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, psycopg.Error) and exc.diag.message_primary:
-        return exc.diag.message_primary
-    text = str(exc).strip()
-    return text if text else type(exc).__name__
-
-
-def log_failure(label: str, job: Job, exc: BaseException) -> None:
-    """A handler's failure: one WARNING line (the traceback at DEBUG)."""
-    text = str(exc).strip()
-    what = type(exc).__name__ + (": " + text.splitlines()[0] if text else "")
-    log.warning("worker %s: job %d attempt %d failed: %s", label, job.id, job.attempt, what)
-    log.debug("job %d: traceback", job.id, exc_info=exc)
-
-
 class LeaseClock:
     """How long a slot's leases are: fixed when the worker names its lease,
     else measured on a claim every LEASE_RECHECK seconds."""
@@ -148,6 +111,11 @@ class LeaseClock:
         self.fixed = fixed
         self.seconds = fixed if fixed is not None else 30.0
         self.at = -LEASE_RECHECK
+
+    @staticmethod
+    def seconds_of(row: Optional[Sequence[Any]]) -> Optional[float]:
+        """A fixed lease's length from LEASE_SECONDS_SQL's row."""
+        return max(float(row[0]), 0.001) if row is not None else None
 
     def pick(self, q: ClaimSQL) -> ClaimSQL:
         if self.fixed is not None or time.monotonic() - self.at < LEASE_RECHECK:
@@ -162,47 +130,22 @@ class LeaseClock:
         return Job(queue, row[0], row[1], row[2], row[4], row[3], self.seconds)
 
 
-class _Abandoned(Exception):
-    """Raised inside a transactional job that shutdown gave up on."""
-
-
-class _Slot:
+class _Slot(SlotState):
     """One concurrent job: its connection, thread, heartbeat and state."""
 
     def __init__(self, index: int) -> None:
-        self.index = index
+        super().__init__(index)
         self.conn: Optional[psycopg.Connection[Any]] = None
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.beat_lock = threading.Lock()   # held by the heartbeat during an extend
-        self.state = "idle"            # idle | claiming | busy | done
-        self.job: Optional[Job] = None
-        self.lost = False              # the heartbeat saw the token go stale
-        self.abandoned = False         # shutdown released (or gave up on) the job
-        self.next_beat = 0.0
-        self.beat_idle = False         # the heartbeat waits for a job, untimed
-        self.beat_wake_at = 0.0
-        self.started = 0               # jobs started in this slot        # when its timed wait ends
-        self.last_cancel = 0.0
         self.stats = WorkerStats()     # written by this slot's threads only
         self.leases = LeaseClock(None)
         self.thread: Optional[threading.Thread] = None
         self.beat_thread: Optional[threading.Thread] = None
-        self.closed = False
-        self._cur: Optional[psycopg.Cursor[Any]] = None
-
-    def claim_cursor(self) -> "psycopg.Cursor[Any]":
-        """The slot thread's cursor for its claims and outcomes, one per
-        connection (a new psycopg cursor per statement costs more client
-        CPU than the rest of a no-op job)."""
-        cur = self._cur
-        if cur is None or cur.connection is not self.conn:
-            assert self.conn is not None
-            cur = self._cur = self.conn.cursor()
-        return cur
 
 
-class Worker:
+class Worker(WorkerBase):
     """Runs ``handler(job)`` for items of ``queue``.
 
     - ``concurrency``: jobs at once (one thread and one connection each).
@@ -228,41 +171,13 @@ class Worker:
     retry delay. A stale token (PC001) is logged and the outcome dropped.
     """
 
-    def __init__(self, conninfo: Optional[str], queue: str, handler: Handler, *,
-                 concurrency: int = 1, lease: Optional[Interval] = None,
-                 wait: Interval = "10 s", grace: float = 30.0, transactional: bool = False,
-                 name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
-                 max_jobs: Optional[int] = None, prepare: bool = False,
-                 connect_kwargs: Optional[Dict[str, Any]] = None,
-                 handle_signals: bool = True, cancel_on_stop: bool = True) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if grace < 0:
-            raise ValueError("grace must not be negative")
-        self.conninfo = default_conninfo(conninfo)
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.lease = to_interval(lease)
-        self.wait = to_interval(wait)
-        self.grace = float(grace)
-        self.transactional = transactional
-        self.name = name or default_worker_name()
-        self.heartbeat = heartbeat
-        self.burst = burst
-        self.max_jobs = max_jobs
-        self.prepare = prepare
-        self.connect_kwargs = dict(connect_kwargs or {})
-        self.handle_signals = handle_signals
-        self.cancel_on_stop = cancel_on_stop
+    def _init_runtime(self) -> None:
         self.features: Optional[Features] = None
         self._stop = threading.Event()
         self._hurry = threading.Event()
         self._stats_lock = threading.Lock()
-        self._tickets = 0
         self._slots: List[_Slot] = []
         self._sql: Optional[ClaimSQL] = None
-        self._fatal: Optional[BaseException] = None
 
     # -- public ------------------------------------------------------------
     def stop(self) -> None:
@@ -308,9 +223,6 @@ class Worker:
         log.info("worker %s: signal %d, stopping", self._label(), signum)
         self.stop()
 
-    def _label(self) -> str:
-        return self.name or self.queue
-
     def _connect(self) -> "psycopg.Connection[Any]":
         kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
         return psycopg.connect(self.conninfo, autocommit=True, **kwargs)
@@ -324,13 +236,11 @@ class Worker:
         assert conn is not None
         self.features = Features.from_rows(conn.execute(FEATURES_SQL).fetchall())
         self._sql = ClaimSQL(conn, self.queue, self.lease, self.wait, self.name)
-        fixed: Optional[float] = None
+        fixed = None
         if self.lease is not None:
-            row = conn.execute(LEASE_SECONDS_SQL, (self.lease,)).fetchone()
-            fixed = max(float(row[0]), 0.001) if row is not None else None
+            fixed = LeaseClock.seconds_of(conn.execute(LEASE_SECONDS_SQL, (self.lease,)).fetchone())
         for slot in self._slots:
             slot.leases = LeaseClock(fixed)
-        for slot in self._slots:
             slot.thread = threading.Thread(target=self._slot_main, args=(slot,),
                                            name=f"pg_claim-slot-{slot.index}", daemon=True)
             if self.heartbeat:
@@ -359,16 +269,12 @@ class Worker:
             if slot.thread is None or not slot.thread.is_alive():
                 continue
             with slot.lock:
-                job = slot.job
-                if job is None:
-                    if slot.state == "claiming":
-                        self._cancel(slot)
-                    continue
-                slot.abandoned = True
+                job = self._abandon(slot, cancel_idle=False)
+            if job is None:
+                continue
             if self.transactional:
-                # The handler's transaction holds the item: cancel its current
-                # statement; the slot then rolls back and releases the item.
-                self._cancel(slot)
+                # The handler's transaction holds the item: its statement is
+                # cancelled; the slot then rolls back and releases the item.
                 waiting_tx.append((slot, job))
             else:
                 self._release(slot, job)
@@ -391,30 +297,15 @@ class Worker:
                 slot.thread.join(0.2)
 
     def _release_fresh(self, slot: _Slot, job: Job) -> None:
-        kwargs = dict(self.connect_kwargs)
-        kwargs.setdefault("prepare_threshold", None)
         try:
-            with psycopg.connect(self.conninfo, autocommit=True, **kwargs) as conn:
+            with psycopg.connect(self.conninfo, autocommit=True, **self._fresh_kwargs()) as conn:
                 with conn.transaction():
                     conn.execute("SET LOCAL lock_timeout = '5s'")
                     conn.execute(RELEASE_SQL, (job.token,))
             self._count(slot, "released")
-            log.warning("worker %s: job %d still running after the grace period: its "
-                        "transaction was closed and the item released", self._label(), job.id)
+            self._log_release(job, None, fresh=True)
         except psycopg.Error as exc:
-            if _sqlstate(exc) != STALE:
-                log.warning("worker %s: could not release job %d (%s); it returns when its "
-                            "lease ends", self._label(), job.id, _error_text(exc))
-
-    def _cancel(self, slot: _Slot) -> None:
-        if not self.cancel_on_stop:
-            return
-        conn = slot.conn
-        if conn is not None and not conn.closed:
-            try:
-                conn.cancel()
-            except psycopg.Error as exc:
-                log.debug("cancel failed: %s", exc)
+            self._log_release(job, exc, fresh=True)
 
     def _release(self, slot: _Slot, job: Job) -> None:
         conn = slot.conn
@@ -423,11 +314,9 @@ class Worker:
                 raise psycopg.OperationalError("connection closed")
             conn.execute(RELEASE_SQL, (job.token,))
             self._count(slot, "released")
-            log.warning("worker %s: job %d still running after the grace period: released "
-                        "(its outcome will be dropped)", self._label(), job.id)
+            self._log_release(job, None, fresh=False)
         except psycopg.Error as exc:
-            log.warning("worker %s: could not release job %d (%s); it returns when its lease ends",
-                        self._label(), job.id, exc)
+            self._log_release(job, exc, fresh=False)
 
     def _close(self) -> None:
         for slot in self._slots:
@@ -445,26 +334,16 @@ class Worker:
 
     # -- the slot loop -------------------------------------------------------
     def _take_ticket(self) -> bool:
-        if self.max_jobs is None:
-            return True
         with self._stats_lock:
-            if self._tickets >= self.max_jobs:
-                return False
-            self._tickets += 1
-            return True
+            return self._ticket()
 
     def _return_ticket(self) -> None:
-        if self.max_jobs is not None:
-            with self._stats_lock:
-                self._tickets -= 1
+        with self._stats_lock:
+            self._unticket()
 
     def _set_fatal(self, exc: BaseException) -> None:
         with self._stats_lock:
-            first = self._fatal is None
-            if first:
-                self._fatal = exc
-        if first:
-            log.error("worker %s: %s; stopping", self._label(), _error_text(exc))
+            self._fatal_first(exc)
         self._stop.set()
 
     def _slot_main(self, slot: _Slot) -> None:
@@ -476,55 +355,39 @@ class Worker:
                     if not self._take_ticket():
                         break
                     rows = self._claim(slot, pending)
-                    pending = []
-                    if rows is None:
-                        self._return_ticket()
-                        break
+                    pending, backoff = [], BACKOFF_FIRST
                     if not rows:
-                        self._return_ticket()
-                        if self.burst:
+                        if self._slot_ends(rows):
                             break
                         continue
-                    backoff = BACKOFF_FIRST
                     job = slot.leases.job(self.queue, rows[0])
                     if self._process(slot, job):
                         pending = [job.token]
-                except _Fatal as fatal:
-                    self._set_fatal(fatal.exc)
+                except Exception as exc:  # what the slot does next is _slot_error's
                     pending = []
-                    break
-                except psycopg.Error as exc:
-                    pending = []
-                    if _sqlstate(exc) in FATAL:
-                        self._set_fatal(exc)
+                    after = self._recover(slot, exc, backoff)
+                    if after is None:
                         break
-                    conn = slot.conn
-                    if conn is None or conn.closed or conn.broken:
-                        self._reconnect(slot, exc)
-                    else:
-                        log.warning("worker %s: slot %d: %s (SQLSTATE %s); retrying in %.1f s",
-                                    self._label(), slot.index, _error_text(exc), _sqlstate(exc),
-                                    backoff)
-                        self._stop.wait(backoff)
-                        backoff = min(backoff * 2, BACKOFF_MAX)
-                except Exception:
-                    log.exception("worker %s: slot %d: unexpected error", self._label(), slot.index)
-                    pending = []
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    backoff = after
             if pending:
                 try:
                     self._complete_now(slot, pending[0], None)
                 except psycopg.Error as exc:
-                    log.warning("worker %s: could not complete job token %d (%s); it returns "
-                                "when its lease ends", self._label(), pending[0], _error_text(exc))
+                    self._log_pending_lost(pending[0], exc)
         finally:
             with slot.lock:
                 slot.state = "done"
 
+    def _recover(self, slot: _Slot, exc: BaseException, backoff: float) -> Optional[float]:
+        step = self._slot_error(slot, exc, backoff)
+        if step == "reconnect":
+            self._reconnect(slot, exc)
+        elif step == "retry":
+            self._stop.wait(backoff)
+        return self._next_backoff(step, backoff)
+
     def _reconnect(self, slot: _Slot, exc: BaseException) -> None:
-        log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
-                    self._label(), slot.index, _error_text(exc))
+        self._log_reconnect(slot, exc, failed=False)
         delay = BACKOFF_FIRST
         while not self._stop.is_set():
             try:
@@ -536,71 +399,56 @@ class Worker:
                     old.close()
                 return
             except psycopg.OperationalError as err:
-                log.warning("worker %s: reconnect failed (%s); next try in %.1f s",
-                            self._label(), _error_text(err), delay)
+                self._log_reconnect(slot, err, failed=True, delay=delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
+
+    def _fetch(self, slot: _Slot, query: str, params: Any = None) -> List[Tuple[Any, ...]]:
+        cur = slot.claim_cursor()
+        cur.execute(query, params)
+        return cur.fetchall()
 
     def _claim(self, slot: _Slot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
         """Claim one job (completing ``pending`` in the same statement when
         possible). None: stopped while claiming."""
         with slot.lock:
             if self._stop.is_set():
-                if pending:
-                    slot.state = "busy"
-                else:
+                if not pending:
                     return None
+                slot.state = "busy"
             else:
                 slot.state = "claiming"
-        conn = slot.conn
-        assert conn is not None
         q = self._sql
         assert q is not None
         try:
+            if pending and slot.state == "busy":    # stopping: complete only
+                self._complete_now(slot, pending[0], None)
+                return None
             if pending:
-                if slot.state == "busy":          # stopping: complete only
-                    self._complete_now(slot, pending[0], None)
-                    return None
                 try:
-                    cur = slot.claim_cursor()
-                    cur.execute(slot.leases.pick(q).done, (pending,))
-                    rows = cur.fetchall()
-                    slot.stats.completed += len(pending)
-                    if rows:
-                        slot.stats.claimed += 1
+                    rows = self._fetch(slot, slot.leases.pick(q).done, (pending,))
+                    if self._done_counted(slot.stats, pending, rows):
                         return rows
                 except psycopg.Error as exc:
-                    if _sqlstate(exc) == STALE:
+                    step = self._done_error(exc)
+                    if step == "stale":
                         self._count(slot, "stale", len(pending))
-                        log.warning("worker %s: stale token at completion (%s); outcome dropped",
-                                    self._label(), exc.diag.message_primary)
-                    elif _sqlstate(exc) == CANCELED:
+                    elif step == "redo":
                         # The completion rolled back with the claim: redo it.
                         self._complete_now(slot, pending[0], None)
-                        if self._stop.is_set():
-                            return None
                     else:
                         raise
                 if self._stop.is_set():
                     return None
             try:
-                cur = slot.claim_cursor()
-                cur.execute(slot.leases.pick(q).plain)
-                rows = cur.fetchall()
+                rows = self._fetch(slot, slot.leases.pick(q).plain)
             except psycopg.Error as exc:
-                if _sqlstate(exc) == CANCELED:
-                    if self._stop.is_set():
-                        return None
-                    log.warning("worker %s: claim cancelled (%s)", self._label(),
-                                exc.diag.message_primary)
-                    return []
-                raise
+                return self._claim_failed(exc)
             if rows:
-                slot.stats.claimed += 1
+                self._count(slot, "claimed")
             return rows
         except psycopg.Error as exc:
-            if is_fatal(exc):
-                raise _Fatal(exc) from exc
+            self._claim_fatal(exc)
             raise
         finally:
             with slot.lock:
@@ -609,14 +457,7 @@ class Worker:
 
     def _start_job(self, slot: _Slot, job: Job) -> None:
         with slot.lock:
-            slot.job = job
-            slot.lost = False
-            slot.abandoned = False
-            slot.next_beat = time.monotonic() + job.lease_seconds / 3.0
-            slot.started += 1
-            # Wake the heartbeat only when its wait would end too late; in a
-            # busy slot it is in a timed wait that ends before the new beat.
-            if slot.beat_idle or slot.next_beat < slot.beat_wake_at:
+            if slot.begin(job):
                 slot.cond.notify()
 
     def _end_job(self, slot: _Slot) -> Tuple[bool, bool]:
@@ -638,25 +479,14 @@ class Worker:
         except Exception as exc:  # the handler's failure is the job's outcome
             outcome = ("fail", exc)
         abandoned, lost = self._end_job(slot)
-        if abandoned:
-            log.info("worker %s: job %d finished after it was released; outcome dropped",
-                     self._label(), job.id)
-            return False
-        if lost:   # the heartbeat said so; nothing to send
+        step, value, after = self._outcome(job, abandoned, lost, self._stop.is_set(), outcome)
+        if step == "stale":
             self._count(slot, "stale")
-            return False
-        kind, value = outcome
-        if kind == "ok":
-            if (value is None and self.features is not None and self.features.claim_done
-                    and not self._stop.is_set()):
-                return True
+        elif step == "complete":
             self._complete_now(slot, job.token, value)
-        elif kind == "retry":
-            self._fail_now(slot, job, _error_text(value), value.after)
-        else:
-            log_failure(self._label(), job, value)
-            self._fail_now(slot, job, _error_text(value), None)
-        return False
+        elif step == "fail":
+            self._fail_now(slot, job, value, after)
+        return step == "defer"
 
     def _process_tx(self, slot: _Slot, job: Job) -> None:
         conn = slot.conn
@@ -676,25 +506,16 @@ class Worker:
             slot.stats.completed += 1
         except _Abandoned:
             self._release_after_abandon(slot, job)
-        except Retry as exc:
-            if self._abandoned(slot):
-                self._release_after_abandon(slot, job)
-            else:
-                self._fail_now(slot, job, _error_text(exc), exc.after)
         except Exception as exc:
-            if _sqlstate(exc) == STALE or slot.lost:
+            step, after = self._tx_error(job, exc, slot.lost, self._abandoned(slot), conn)
+            if step == "stale":
                 self._count(slot, "stale")
-                if not slot.lost:   # else the heartbeat said so
-                    log.warning("worker %s: job %d attempt %d: token is stale, its writes were "
-                                "rolled back (%s)", self._label(), job.id, job.attempt,
-                                _error_text(exc))
-            elif self._abandoned(slot):
+            elif step == "release":
                 self._release_after_abandon(slot, job)
-            elif conn.closed or conn.broken:   # the slot's connection is gone
+            elif step == "raise":
                 raise
             else:
-                log_failure(self._label(), job, exc)
-                self._fail_now(slot, job, _error_text(exc), None)
+                self._fail_now(slot, job, _error_text(exc), after)
         finally:
             job.conn = None
 
@@ -708,21 +529,12 @@ class Worker:
         try:
             conn.execute(RELEASE_SQL, (job.token,))
             self._count(slot, "released")
-            log.warning("worker %s: job %d rolled back and released at shutdown",
-                        self._label(), job.id)
+            self._log_abandon_release(job, None)
         except psycopg.Error as exc:
-            if _sqlstate(exc) == STALE:   # its lease ran out meanwhile: ready anyway
-                log.info("worker %s: job %d rolled back; its lease had already ended",
-                         self._label(), job.id)
-            else:
-                log.warning("worker %s: job %d rolled back; release failed (%s)",
-                            self._label(), job.id, _error_text(exc))
+            self._log_abandon_release(job, exc)
 
     def _execute_complete(self, cur: "psycopg.Cursor[Any]", token: int, result: Any) -> None:
-        if result is not None and self.features is not None and self.features.complete_result:
-            cur.execute(COMPLETE_RESULT_SQL, (token, Jsonb(result)))
-        else:
-            cur.execute(COMPLETE_SQL, (token,))
+        cur.execute(*complete_statement(self.features, token, result))
 
     def _retrying(self, fn: Callable[[], None]) -> None:
         """Run a completion statement; a cancel meant for a claim may hit it."""
@@ -742,11 +554,8 @@ class Worker:
             self._retrying(run)
             slot.stats.completed += 1
         except psycopg.Error as exc:
-            if _sqlstate(exc) != STALE:
-                raise
+            self._stale_outcome("complete", token, exc)
             self._count(slot, "stale")
-            log.warning("worker %s: stale token %d at completion (%s); outcome dropped",
-                        self._label(), token, exc.diag.message_primary)
 
     def _fail_now(self, slot: _Slot, job: Job, error: str, retry_in: Any) -> None:
         def run() -> None:
@@ -756,11 +565,8 @@ class Worker:
             self._retrying(run)
             self._count(slot, "retried" if retry_in is not None else "failed")
         except psycopg.Error as exc:
-            if _sqlstate(exc) != STALE:
-                raise
+            self._stale_outcome("fail", job, exc)
             self._count(slot, "stale")
-            log.warning("worker %s: stale token for job %d at fail (%s); outcome dropped",
-                        self._label(), job.id, exc.diag.message_primary)
 
     # -- heartbeat -----------------------------------------------------------
     def _beat_main(self, slot: _Slot) -> None:
@@ -771,26 +577,12 @@ class Worker:
                 if slot.closed:
                     return
                 job = slot.job
-                if job is None or slot.lost or slot.abandoned:
-                    if slot.started != seen:
-                        # Jobs ran since the last look: wait one beat period
-                        # with a timeout, so that short jobs do not each have
-                        # to wake this thread.
-                        seen = slot.started
-                        slot.beat_wake_at = time.monotonic() + period
-                        slot.cond.wait(period)
-                    else:
-                        slot.beat_idle = True
-                        slot.cond.wait()
-                        slot.beat_idle = False
+                wait, seen, period = slot.beat_plan(seen, period)
+                if wait is not None:
+                    slot.beat_idle = wait == 0.0
+                    slot.cond.wait(wait or None)
+                    slot.beat_idle = False
                     continue
-                period = job.lease_seconds / 3.0
-                delay = slot.next_beat - time.monotonic()
-                if delay > 0:
-                    slot.beat_wake_at = time.monotonic() + delay
-                    slot.cond.wait(delay)
-                    continue
-                slot.next_beat = time.monotonic() + period
             # Due. The beat lock keeps the job from ending (and, in
             # transactional mode, the next job's transaction from starting)
             # under the extend; the slot lock is not held while the extend
@@ -801,17 +593,10 @@ class Worker:
                         continue
                 conn = slot.conn
                 try:
-                    assert conn is not None
+                    assert conn is not None and job is not None
                     conn.execute(EXTEND_SQL, (job.token, self.lease))
                     slot.stats.extended += 1
-                except psycopg.Error as exc:
-                    if _sqlstate(exc) == STALE:
+                except Exception as exc:  # never let the heartbeat thread die
+                    if job is not None and self._beat_failed(job, exc):
                         with slot.lock:
                             slot.lost = True
-                        log.warning("worker %s: job %d attempt %d lost its lease (%s); its "
-                                    "outcome will be dropped", self._label(), job.id,
-                                    job.attempt, exc.diag.message_primary)
-                    else:
-                        log.debug("heartbeat of job %d: %s", job.id, exc)
-                except Exception as exc:  # never let the heartbeat thread die
-                    log.debug("heartbeat of job %d: %s", job.id, exc)

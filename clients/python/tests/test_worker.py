@@ -300,6 +300,37 @@ def test_async_worker_transactional_and_heartbeat(dsn: str, conn: "psycopg.Conne
     assert conn.execute(f"SELECT id, attempt FROM {queue}_done").fetchall() == [(item, 1)]
 
 
+def test_async_worker_results_failures_and_stale_tokens(dsn: str, client: pg_claim.Client,
+                                                        queue: str,
+                                                        features: pg_claim.Features) -> None:
+    if not (features.complete_result and features.has("item_state")):
+        pytest.skip("server has no complete(token, result) / item_state")
+    with connect(dsn) as c:
+        c.execute("SELECT claim.alter_queue(%s, retain => '1 hour', max_attempts => 1)", (queue,))
+    done, broken, taken = client.enqueue_batch(queue, [{"k": "done"}, {"k": "broken"},
+                                                       {"k": "taken"}])
+
+    async def handler(job: pg_claim.Job) -> Any:
+        if job.payload["k"] == "broken":
+            raise ValueError("broken on purpose")
+        if job.payload["k"] == "taken":
+            # Someone else gives the item back under the worker's feet.
+            with connect(dsn) as other:
+                other.execute("SELECT claim.release(%s::bigint)", (job.token,))
+            return None
+        return {"id": job.id}
+
+    stats = asyncio.run(pg_claim.AsyncWorker(dsn, queue, handler, wait=0.2, max_jobs=3,
+                                             heartbeat=False).run())
+    assert (stats.completed, stats.failed, stats.stale) == (1, 1, 1)
+    st = client.item_state(queue, done)
+    assert st is not None and st.state == "completed" and st.result == {"id": done}
+    st = client.item_state(queue, broken)
+    assert st is not None and st.state == "dead" and "broken on purpose" in (st.error or "")
+    st = client.item_state(queue, taken)
+    assert st is not None and st.state == "ready"
+
+
 def test_stop_from_another_thread(dsn: str, client: pg_claim.Client, queue: str) -> None:
     worker = pg_claim.Worker(dsn, queue, lambda job: None, concurrency=3, wait=30)
     timer = threading.Timer(0.5, worker.stop)
