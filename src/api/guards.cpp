@@ -134,8 +134,7 @@ PGCLAIM_FUNCTION(pgclaim_once) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_guard_begin) {
-    pg::require_arg(fcinfo, 0, "key");
-    pg::require_arg(fcinfo, 1, "lease");
+    pg::require_args(fcinfo, "key", "lease");
     pg::require_primary("claim.guard_begin");
     KeyArg k = key_arg(fcinfo, 0);
     int64_t lease_us = pg::interval_us(PG_GETARG_INTERVAL_P(1), "lease");

@@ -9,15 +9,9 @@
 
 namespace pgclaim::api {
 
-ScanHints &hints() {
-    static ScanHints h;
-    return h;
-}
-
-PromoteSchedule &promote_schedule() {
-    static PromoteSchedule p;
-    return p;
-}
+// One of each per backend process, made on first use.
+ScanHints &hints() { static ScanHints h; return h; }
+PromoteSchedule &promote_schedule() { static PromoteSchedule p; return p; }
 
 void forget_hints(int32 queue_id) {
     pg::call_core([&] { hints().forget(queue_id); });

@@ -186,10 +186,7 @@ int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
 }  // namespace
 
 PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
-    pg::require_arg(fcinfo, 0, "name");
-    pg::require_arg(fcinfo, 1, "ttl");
-    pg::require_arg(fcinfo, 3, "permits");
-    pg::require_arg(fcinfo, 4, "wait");
+    pg::require_args(fcinfo, "name", "ttl", nullptr, "permits", "wait");
     pg::require_primary("claim.lease_acquire");
     NameArg n = name_arg(fcinfo, 0);
     int64_t ttl_us = ttl_arg(fcinfo, 1);
@@ -301,9 +298,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_lease_renew) {
-    pg::require_arg(fcinfo, 0, "name");
-    pg::require_arg(fcinfo, 1, "token");
-    pg::require_arg(fcinfo, 2, "ttl");
+    pg::require_args(fcinfo, "name", "token", "ttl");
     pg::require_primary("claim.lease_renew");
     NameArg n = name_arg(fcinfo, 0);
     int64 token = PG_GETARG_INT64(1);

@@ -67,9 +67,7 @@ bool is_final(const char *state) {
 }  // namespace
 
 PGCLAIM_FUNCTION(pgclaim_item_state) {
-    pg::require_arg(fcinfo, 0, "queue");
-    pg::require_arg(fcinfo, 1, "id");
-    pg::require_arg(fcinfo, 2, "wait");
+    pg::require_args(fcinfo, "queue", "id", "wait");
     // Whether a ready item is claimed is in claim.claims, which a hot standby
     // does not have (docs/standby.md).
     if (RecoveryInProgress())
@@ -120,8 +118,7 @@ PGCLAIM_FUNCTION(pgclaim_item_state) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_cancel) {
-    pg::require_arg(fcinfo, 0, "queue");
-    pg::require_arg(fcinfo, 1, "ids");
+    pg::require_args(fcinfo, "queue", "ids");
     pg::require_primary("claim.cancel");
     PreventCommandIfReadOnly("claim.cancel()");
     char *name = pg::arg_cstring(fcinfo, 0);

@@ -41,14 +41,9 @@ QueueInfo lookup_queue(const char *name) {
 }
 
 namespace {
-QueueCache &queue_cache() {
-    static QueueCache c;
-    return c;
-}
-ProducerQueues &producer_queues() {
-    static ProducerQueues c;
-    return c;
-}
+// One of each per backend process, made on first use.
+QueueCache &queue_cache() { static QueueCache c; return c; }
+ProducerQueues &producer_queues() { static ProducerQueues c; return c; }
 }  // namespace
 
 void forget_producer_queues() noexcept {

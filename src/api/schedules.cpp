@@ -37,12 +37,7 @@ void check_name(FunctionCallInfo fcinfo, int argno) {
 }  // namespace
 
 PGCLAIM_FUNCTION(pgclaim_schedule) {
-    pg::require_arg(fcinfo, 0, "name");
-    pg::require_arg(fcinfo, 1, "cron");
-    pg::require_arg(fcinfo, 2, "queue");
-    pg::require_arg(fcinfo, 3, "payload");
-    pg::require_arg(fcinfo, 5, "priority");
-    pg::require_arg(fcinfo, 6, "timezone");
+    pg::require_args(fcinfo, "name", "cron", "queue", "payload", nullptr, "priority", "timezone");
     pg::require_primary("claim.schedule");
     check_name(fcinfo, 0);
     if (!PG_ARGISNULL(4)) api::check_key_length(PG_GETARG_TEXT_PP(4), "group_key");
@@ -84,9 +79,7 @@ PGCLAIM_FUNCTION(pgclaim_unschedule) {
 }
 
 PGCLAIM_FUNCTION(pgclaim_cron_next) {
-    pg::require_arg(fcinfo, 0, "cron");
-    pg::require_arg(fcinfo, 1, "after");
-    pg::require_arg(fcinfo, 2, "timezone");
+    pg::require_args(fcinfo, "cron", "after", "timezone");
     text *cron = PG_GETARG_TEXT_PP(0);
     TimestampTz after = PG_GETARG_TIMESTAMPTZ(1);
     if (TIMESTAMP_NOT_FINITE(after))

@@ -1,5 +1,6 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
+#include "pg/token_store.hpp"
 #include "pg/xact_locks.hpp"
 #include "pg/compat.hpp"
 
@@ -221,13 +222,7 @@ void flush_token_wal() {
     Oid nsp = get_namespace_oid("claim", false);
     Oid relid = get_relname_relid("token_seq", nsp);
     if (!OidIsValid(relid)) missing_object("sequence claim.token_seq");
-    Relation rel = relation_open(relid, AccessShareLock);
-    Buffer buf = ReadBuffer(rel, 0);
-    LockBuffer(buf, BUFFER_LOCK_SHARE);
-    XLogRecPtr lsn = PageGetLSN(BufferGetPage(buf));
-    UnlockReleaseBuffer(buf);
-    relation_close(rel, AccessShareLock);
-    if (lsn > GetFlushRecPtr(NULL)) XLogFlush(lsn);
+    token_store::flush(relid);
 }
 
 }  // namespace pgclaim::pg

@@ -94,6 +94,14 @@ inline void call_core(F &&f) {
 
 // Raise 22004 naming the argument when it is NULL.
 void require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+// The same for arguments 0, 1, 2, ... named in order; nullptr for an
+// argument that may be NULL.
+template <class... Names>
+inline void require_args(FunctionCallInfo fcinfo, Names... names) {
+    const char *n[] = {names...};
+    for (int i = 0; i < (int)sizeof...(names); ++i)
+        if (n[i] != nullptr) require_arg(fcinfo, i, n[i]);
+}
 // Interval to microseconds (a month counts 30 days); 22023 on overflow.
 int64_t interval_us(const Interval *iv, const char *what);
 // Text argument as a NUL-terminated palloc'd string.

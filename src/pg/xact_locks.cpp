@@ -130,14 +130,21 @@ void forget_all() {
     nheld = 0;
 }
 
+// Calls f(h) for every lock this backend holds; f may remove h from `held`
+// (dynahash allows that during a seq scan).
+template <class F>
+void for_each_held(F f) {
+    HASH_SEQ_STATUS st;
+    hash_seq_init(&st, held);
+    Held *h;
+    while ((h = (Held *)hash_seq_search(&st)) != nullptr) f(h);
+}
+
 // Transaction end: give every lock back. Never raises (LWLocks and dynahash
 // removal do not).
 void release_all() {
     if (nheld == 0) return;
-    HASH_SEQ_STATUS st;
-    hash_seq_init(&st, held);
-    Held *h;
-    while ((h = (Held *)hash_seq_search(&st)) != nullptr) release_shared(h->key);
+    for_each_held([](Held *h) { release_shared(h->key); });
     forget_all();
 }
 
@@ -147,22 +154,16 @@ void release_all() {
 // entries are marked prepared and leave this backend.
 void before_prepare() {
     if (nheld == 0) return;
-    HASH_SEQ_STATUS st;
-    hash_seq_init(&st, held);
-    Held *h;
-    while ((h = (Held *)hash_seq_search(&st)) != nullptr) {
+    for_each_held([](Held *h) {
         LOCKTAG tag;
         set_tag(&tag, h->key);
         (void)LockAcquire(&tag, ExclusiveLock, false, false);
-    }
+    });
 }
 
 void after_prepare() {
     if (nheld == 0) return;
-    HASH_SEQ_STATUS st;
-    hash_seq_init(&st, held);
-    Held *h;
-    while ((h = (Held *)hash_seq_search(&st)) != nullptr) {
+    for_each_held([](Held *h) {
         uint32 hash = get_hash_value(table, &h->key);
         uint32 part = partition_of(hash);
         LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
@@ -173,7 +174,7 @@ void after_prepare() {
             SetInvalidVirtualTransactionId(e->owner);
         }
         LWLockRelease(lock_of(part));
-    }
+    });
     forget_all();
 }
 
@@ -202,20 +203,17 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     if (nheld == 0) return;
     if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB) return;
     int level = GetCurrentTransactionNestLevel();
-    HASH_SEQ_STATUS st;
-    hash_seq_init(&st, held);
-    Held *h;
-    while ((h = (Held *)hash_seq_search(&st)) != nullptr) {
-        if (h->level < level) continue;
+    for_each_held([&](Held *h) {
+        if (h->level < level) return;
         if (event == SUBXACT_EVENT_COMMIT_SUB) {
             h->level = level - 1;
-            continue;
+            return;
         }
         release_shared(h->key);
         Key k = h->key;
-        hash_search(held, &k, HASH_REMOVE, nullptr);  // allowed during a seq scan
+        hash_search(held, &k, HASH_REMOVE, nullptr);
         --nheld;
-    }
+    });
 }
 
 void ensure_local() {

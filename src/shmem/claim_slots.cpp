@@ -2,11 +2,6 @@
 #include "shmem/claim_slots.hpp"
 #include "shmem/txn_table.hpp"
 
-extern "C" {
-#include "access/xact.h"
-#include "utils/memutils.h"
-}
-
 namespace pgclaim::shmem {
 
 int guc_max_claim_slots = 1024;
@@ -31,13 +26,11 @@ TxnTable table = {"pg_claim claim slots", "claims in flight under max_active",
 // This backend's reservations in the current transaction (plain data): one
 // per queue and nesting level.
 struct Mine {
-    SlotKey key;
     int level;
+    SlotKey key;
     int64 n;
 };
-Mine *mine = nullptr;  // in TopMemoryContext
-int nmine = 0;
-int mine_cap = 0;
+TxnRecords<Mine> mine;
 bool callbacks_registered = false;
 
 SlotKey key_of(Oid install, int32 queue_id) {
@@ -59,22 +52,11 @@ void release(const SlotKey &k, int64 n) {
     if (e->reserved <= 0) txn_table_remove(table, &k);
 }
 
-// Gives back the reservations made at nesting level `level` or deeper.
-void release_from(int level) {
-    if (nmine == 0 || table.htab == nullptr) return;
-    LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    int keep = 0;
-    for (int i = 0; i < nmine; ++i) {
-        if (mine[i].level >= level) release(mine[i].key, mine[i].n);
-        else mine[keep++] = mine[i];
-    }
-    LWLockRelease(table.lock);
-    nmine = keep;
-}
+void give_back(const Mine &m) { release(m.key, m.n); }
 
 void at_xact_end(XactEvent event, void *) {
     if (event == XACT_EVENT_PRE_PREPARE) {
-        for (int i = 0; i < nmine; ++i)
+        for (int i = 0; i < mine.size(); ++i)
             if (mine[i].n > 0)
                 pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
                            "Commit the claim first; assert_token, complete, fail, extend and "
@@ -83,31 +65,19 @@ void at_xact_end(XactEvent event, void *) {
                           "max_active");
         return;
     }
-    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) release_from(0);
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) mine.drop_from(table, 0, give_back);
 }
 
 void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (nmine == 0) return;
-    int level = GetCurrentTransactionNestLevel();
-    if (event == SUBXACT_EVENT_ABORT_SUB) release_from(level);
-    if (event == SUBXACT_EVENT_COMMIT_SUB)
-        for (int i = 0; i < nmine; ++i)
-            if (mine[i].level >= level) mine[i].level = level - 1;
+    mine.at_subxact_end(table, event, give_back);
 }
 
 // This transaction's entry for the queue at the current level.
 Mine *mine_for(const SlotKey &k) {
     int level = GetCurrentTransactionNestLevel();
-    for (int i = nmine - 1; i >= 0; --i)
+    for (int i = mine.size() - 1; i >= 0; --i)
         if (mine[i].level == level && same(mine[i].key, k)) return &mine[i];
-    if (nmine == mine_cap) {
-        int cap = mine_cap == 0 ? 8 : mine_cap * 2;
-        mine = mine == nullptr ? (Mine *)MemoryContextAlloc(TopMemoryContext, sizeof(Mine) * cap)
-                               : (Mine *)repalloc(mine, sizeof(Mine) * cap);
-        mine_cap = cap;
-    }
-    mine[nmine] = Mine{k, level, 0};
-    return &mine[nmine++];
+    return mine.add(Mine{0, k, 0});
 }
 
 }  // namespace
@@ -126,7 +96,7 @@ int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
     SlotKey k = key_of(install, queue_id);
     Mine *m = mine_for(k);
     int64 own = 0;
-    for (int i = 0; i < nmine; ++i)
+    for (int i = 0; i < mine.size(); ++i)
         if (same(mine[i].key, k)) own += mine[i].n;
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
     auto *e = (SlotEntry *)txn_table_find(table, &k, true);
@@ -141,7 +111,7 @@ void claim_slots_give_back(Oid install, int32 queue_id, int n) {
     if (table.htab == nullptr || n <= 0) return;
     SlotKey k = key_of(install, queue_id);
     int64 left = n;
-    for (int i = nmine - 1; i >= 0 && left > 0; --i) {
+    for (int i = mine.size() - 1; i >= 0 && left > 0; --i) {
         if (!same(mine[i].key, k)) continue;
         int64 take = mine[i].n < left ? mine[i].n : left;
         mine[i].n -= take;

@@ -2,11 +2,6 @@
 #include "shmem/lease_grants.hpp"
 #include "shmem/txn_table.hpp"
 
-extern "C" {
-#include "access/xact.h"
-#include "utils/memutils.h"
-}
-
 namespace pgclaim::shmem {
 
 int guc_max_lease_grants = 1024;
@@ -31,12 +26,10 @@ TxnTable table = {"pg_claim lease grants", "lease grants in flight", "pg_claim.m
 // This backend's announcements in the current transaction (plain data),
 // each with the nesting level that made it.
 struct Mine {
-    uint64 name;
     int level;
+    uint64 name;
 };
-Mine *mine = nullptr;  // in TopMemoryContext
-int nmine = 0;
-int mine_cap = 0;
+TxnRecords<Mine> mine;
 bool callbacks_registered = false;
 
 GrantKey key_of(uint64 name) {
@@ -54,35 +47,19 @@ void drop_one(uint64 name) {
     if (e != nullptr && --e->refs <= 0) txn_table_remove(table, &k);
 }
 
-// Gives back the announcements made at nesting level `level` or deeper.
-void drop_from(int level) {
-    if (nmine == 0 || table.htab == nullptr) return;
-    LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    int keep = 0;
-    for (int i = 0; i < nmine; ++i) {
-        if (mine[i].level >= level) drop_one(mine[i].name);
-        else mine[keep++] = mine[i];
-    }
-    LWLockRelease(table.lock);
-    nmine = keep;
-}
+void give_back(const Mine &m) { drop_one(m.name); }
 
 void at_xact_end(XactEvent event, void *) {
-    if (event == XACT_EVENT_PRE_PREPARE && nmine > 0)
+    if (event == XACT_EVENT_PRE_PREPARE && mine.size() > 0)
         pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
                    "Commit the lease_acquire first; lease_assert, lease_renew and lease_release "
                    "may be prepared."},
                   "cannot PREPARE a transaction that acquired a lease");
-    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) drop_from(0);
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) mine.drop_from(table, 0, give_back);
 }
 
 void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (nmine == 0) return;
-    int level = GetCurrentTransactionNestLevel();
-    if (event == SUBXACT_EVENT_ABORT_SUB) drop_from(level);
-    if (event == SUBXACT_EVENT_COMMIT_SUB)
-        for (int i = 0; i < nmine; ++i)
-            if (mine[i].level >= level) mine[i].level = level - 1;
+    mine.at_subxact_end(table, event, give_back);
 }
 
 }  // namespace
@@ -98,12 +75,7 @@ bool lease_grant_begin(uint64 name_hash, int32 permits) {
         RegisterSubXactCallback(at_subxact_end, nullptr);
         callbacks_registered = true;
     }
-    if (nmine == mine_cap) {
-        int cap = mine_cap == 0 ? 8 : mine_cap * 2;
-        mine = mine == nullptr ? (Mine *)MemoryContextAlloc(TopMemoryContext, sizeof(Mine) * cap)
-                               : (Mine *)repalloc(mine, sizeof(Mine) * cap);
-        mine_cap = cap;
-    }
+    mine.reserve_one();
     GrantKey k = key_of(name_hash);
     bool ok = true;
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
@@ -111,7 +83,7 @@ bool lease_grant_begin(uint64 name_hash, int32 permits) {
     if (e->refs > 0 && e->permits != permits) {
         // Ours alone (an earlier grant of this transaction) may change count.
         int own = 0;
-        for (int i = 0; i < nmine; ++i)
+        for (int i = 0; i < mine.size(); ++i)
             if (mine[i].name == name_hash) ++own;
         if (own < e->refs) ok = false;
     }
@@ -120,15 +92,15 @@ bool lease_grant_begin(uint64 name_hash, int32 permits) {
         ++e->refs;
     }
     LWLockRelease(table.lock);
-    if (ok) mine[nmine++] = Mine{name_hash, GetCurrentTransactionNestLevel()};
+    if (ok) mine.add(Mine{0, name_hash});
     return ok;
 }
 
 void lease_grant_cancel(uint64 name_hash) {
     if (table.htab == nullptr) return;
-    for (int i = nmine - 1; i >= 0; --i) {
+    for (int i = mine.size() - 1; i >= 0; --i) {
         if (mine[i].name != name_hash) continue;
-        mine[i] = mine[--nmine];
+        mine.remove(i);
         LWLockAcquire(table.lock, LW_EXCLUSIVE);
         drop_one(name_hash);
         LWLockRelease(table.lock);

@@ -45,16 +45,19 @@ struct Pending {
 Pending *pending = nullptr;  // in TopMemoryContext
 int npending = 0;
 int pending_cap = 0;
+bool finished_waiting = false;  // counted in shared->finished_waiters
 
 // The baton: this backend was woken for (kind, key) and has not gone back
 // to sleep, so it probably took something. If its transaction aborts, or if
 // the wake came from a notification whose count was only a lower bound, it
 // wakes the next waiter of the key when its transaction ends.
-bool finished_waiting = false;  // counted in shared->finished_waiters
-bool baton = false;
-bool baton_on_commit = false;
-int baton_kind = 0;
-int64 baton_key = 0;
+struct Baton {
+    bool held;
+    bool on_commit;  // pass it on at commit too (the wake's count was a lower bound)
+    int kind;
+    int64 key;
+};
+Baton baton = {false, false, 0, 0};
 
 bool exit_registered = false;
 TimestampTz last_wait_end = 0;
@@ -108,8 +111,8 @@ void wake_at_transaction_end(bool commit) {
         pg_atomic_fetch_sub_u32(&shared->finished_waiters, 1);
         finished_waiting = false;
     }
-    if (commit && !baton_on_commit) baton = false;
-    bool have = (commit && npending > 0) || baton;
+    if (commit && !baton.on_commit) baton.held = false;
+    bool have = (commit && npending > 0) || baton.held;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
         TimestampTz now = GetCurrentTimestamp();
         pg_memory_barrier();
@@ -118,7 +121,7 @@ void wake_at_transaction_end(bool commit) {
                 if (!skip_pending(pending[i]))
                     stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
         }
-        if (baton) stamp_bucket(bucket_of(MyDatabaseId, baton_kind, baton_key), now);
+        if (baton.held) stamp_bucket(bucket_of(MyDatabaseId, baton.kind, baton.key), now);
         pg_memory_barrier();
         if (pg_atomic_read_u32(&shared->nwaiters) > 0) {
             LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -127,7 +130,7 @@ void wake_at_transaction_end(bool commit) {
                     if (!skip_pending(pending[i]))
                         wake_locked(MyDatabaseId, pending[i].kind, pending[i].key,
                                     pending[i].count, pending[i].exact);
-            if (baton) wake_locked(MyDatabaseId, baton_kind, baton_key, 1, false);
+            if (baton.held) wake_locked(MyDatabaseId, baton.kind, baton.key, 1, false);
             LWLockRelease(shared->lock);
         }
         // The database's worker sends one coalesced NOTIFY per queue.
@@ -143,7 +146,7 @@ void wake_at_transaction_end(bool commit) {
         }
     }
     npending = 0;
-    baton = false;
+    baton.held = false;
 }
 
 // Leave the waiter slot; returns whether a waker picked us (and whether it
@@ -185,7 +188,7 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
         exit_registered = true;
     }
     // Coming back to sleep: whatever woke us was not ours to take.
-    if (baton && baton_kind == (int)kind && baton_key == key) baton = false;
+    if (baton.held && baton.kind == (int)kind && baton.key == key) baton.held = false;
 
     // Without a worker serving this database nobody wakes us for expired
     // claims or due scheduled items: look again now and then.
@@ -232,10 +235,10 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
     ResetLatch(MyLatch);
     last_wait_end = GetCurrentTimestamp();
     if (woken) {
-        baton = true;
-        baton_on_commit = pass_on;
-        baton_kind = (int)kind;
-        baton_key = key;
+        baton.held = true;
+        baton.on_commit = pass_on;
+        baton.kind = (int)kind;
+        baton.key = key;
     }
     CHECK_FOR_INTERRUPTS();
     return woken;
