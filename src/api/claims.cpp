@@ -23,6 +23,7 @@
 #include "core/rate_limit.hpp"
 #include "core/rules.hpp"
 #include "pg/direct.hpp"
+#include "pg/direct_read.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/claim_slots.hpp"

@@ -9,6 +9,7 @@
 #include "api/hints.hpp"
 #include "api/tokens.hpp"
 #include "pg/direct.hpp"
+#include "pg/direct_read.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/epochs.hpp"

@@ -27,6 +27,7 @@
 #include "api/tokens.hpp"
 #include "core/rules.hpp"
 #include "pg/direct.hpp"
+#include "pg/direct_read.hpp"
 #include "pg/duties.hpp"
 #include "shmem/drops.hpp"
 #include "shmem/epochs.hpp"

@@ -12,7 +12,8 @@
 // At statement level the changes are collapsed per group key in SQL over
 // the transition tables; that SQL runs with search_path pinned
 // (pg::pin_search_path).
-#include "api/trigger_change.hpp"
+#include "api/trigger_coalesce.hpp"
+#include "api/trigger_payload.hpp"
 
 #include "api/queue_lookup.hpp"
 

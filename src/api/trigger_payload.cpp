@@ -1,7 +1,7 @@
 // The payload of a trigger's item: {"op", "schema", "table", "new", "old"},
 // rows as to_jsonb(row) writes them (pg/rowjson.hpp); the side that does
 // not exist is left out. Also the direct insert of one such item.
-#include "api/trigger_change.hpp"
+#include "api/trigger_payload.hpp"
 
 #include "api/queue_lookup.hpp"
 #include "shmem/wakeup.hpp"

@@ -2,7 +2,9 @@
 // the transition tables are read directly, through a read pointer of our
 // own, and the items written in multi-insert batches; with 'batch', the
 // changed rows are packed into items per group key.
-#include "api/trigger_change.hpp"
+#include "api/trigger_statement.hpp"
+#include "api/trigger_payload.hpp"
+#include "pg/direct_batch.hpp"
 
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"

@@ -22,7 +22,9 @@
 //
 // coalesce: see trigger_coalesce.cpp. The parts live in trigger_payload.cpp,
 // trigger_statement.cpp and trigger_coalesce.cpp (api/trigger_change.hpp).
-#include "api/trigger_change.hpp"
+#include "api/trigger_payload.hpp"
+#include "api/trigger_statement.hpp"
+#include "api/trigger_coalesce.hpp"
 
 #include "core/trigger_args.hpp"
 

@@ -79,27 +79,6 @@ struct CronSchedule {
     bool has_seconds;        // six-field form
 };
 
-// Result of parse_cron. On failure `ok` is false and:
-//   message         e.g. "field 3 (day of month): value 32 out of range 1-31 at position 7"
-//   position        1-based character offset of the offending text in the expression
-//                   (the end of the expression + 1 when a field is missing)
-//   field           1-based number of the bad field as written (in the six-field
-//                   form field 1 is the second), 0 when the error concerns the whole
-//                   expression (empty, wrong number of fields, unknown macro)
-//   field_position  1-based character offset where that field starts (0 with field 0)
-struct CronParseResult {
-    bool ok;
-    CronSchedule schedule;
-    int position;
-    int field;
-    int field_position;
-    char message[192];
-};
-
-// Parses `expr` (`len` bytes, no terminator needed). Never throws.
-CronParseResult parse_cron(const char *expr, int len) noexcept;
-CronParseResult parse_cron(const char *expr) noexcept;  // NUL-terminated
-
 // Whether the local civil date/time matches (month 1-12, day 1-31, weekday 0-6).
 bool cron_matches(const CronSchedule &s, int month, int day, int weekday, int hour, int minute,
                   int second) noexcept;

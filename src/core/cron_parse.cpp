@@ -1,7 +1,7 @@
 // Pure layer: never includes postgres.h.
 //
-// The cron parser (parse_cron). The next-fire search is in cron_next.cpp.
-#include "core/cron.hpp"
+// The cron parser (parse_cron). The next-fire search is in cron.cpp.
+#include "core/cron_parse.hpp"
 
 #include <cstdarg>
 #include <cstdio>

@@ -3,7 +3,8 @@
 // trigger enqueue). No SPI, no planner, no executor start-up: index probes
 // and scans with an explicit snapshot, heap inserts and deletes, and index
 // entries through the executor's ExecInsertIndexTuples (partial-index
-// predicates compiled once per backend).
+// predicates compiled once per backend). Reads are in direct_read.hpp,
+// batched inserts in direct_batch.hpp.
 //
 // The same rules as pg.hpp: plain data only in frames that may raise.
 // Every check that decides a write is made under the item's lock
@@ -40,47 +41,6 @@ enum class Mode { Claim, Complete, Enqueue };
 Tables *open(Mode mode);
 void close(Tables *t);
 
-// Ready items of a queue in delivery order (ord, id), from the head or
-// from `from` (inclusive or strictly after).
-struct ReadyScan;
-ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
-                       Snapshot snap);
-// The next visible ready item and its tuple id; *group_key is valid until
-// the next call.
-bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
-                ItemPointerData *tid);
-void ready_end(ReadyScan *s);
-
-struct ClaimRow {
-    int64 token;
-    int32 attempt;
-    TimestampTz lease_until;
-    ItemPointerData tid;
-};
-// The claim row of an item, if one is visible.
-bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out);
-// Items whose claim row carries `token`, ascending; returns the count and
-// a palloc'd array in *ids.
-int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids);
-
-struct ItemRow {
-    int32 queue_id;
-    bool ready;  // state 'r' and run_at NULL
-    int32 failures;
-    bool group_null;
-    Datum group_key;  // these datums stay valid until the next item_get()
-    Datum payload;
-    TimestampTz enqueued_at;
-    ItemPointerData tid;
-};
-bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
-// The same for one row version (from a scan): false unless that version is
-// visible to `snap` (it was deleted or updated since).
-bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out);
-
-// Is an earlier unfinished item of the group visible?
-bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap);
-
 // Writes. The caller holds the item's lock.
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
@@ -102,21 +62,6 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap);
 // Insert a new item (defaults filled in, `ord` computed); returns its id.
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
                   Datum group_key, bool group_null, Datum payload);
-
-// Many new items of one queue at once (a statement-level trigger): the
-// heap rows are written in batches (table_multi_insert: one WAL record per
-// page instead of one per row), then their index entries. Values passed to
-// batch_add must be allocated in batch_memory(b) (or outlive the batch);
-// that memory is reset after every flush.
-struct ItemBatch;
-ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority);
-MemoryContext batch_memory(ItemBatch *b);
-void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload);
-// Write what is pending now (values passed so far may then be freed).
-void batch_flush(ItemBatch *b);
-// Writes what is pending and frees the batch; returns how many items it
-// wrote in all.
-int64 batch_end(ItemBatch *b);
 
 // The next fencing token (nextval of claim.token_seq, with its USAGE check).
 int64 next_token(Tables *t);

@@ -1,5 +1,7 @@
-// Many new items of one queue at once (see direct.hpp, ItemBatch): heap
+// Many new items of one queue at once (see direct_batch.hpp): heap
 // rows through table_multi_insert, then their index entries.
+#include "pg/direct_batch.hpp"
+
 #include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
 

@@ -1,5 +1,7 @@
 // Direct reads of claim.items and claim.claims (see direct.hpp): the ready
 // scan in delivery order, claim and item probes, and the group check.
+#include "pg/direct_read.hpp"
+
 #include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
 

@@ -2,7 +2,7 @@
 // of due schedules by the worker (docs/schedules.md).
 #include "pg/schedule_fire.hpp"
 
-#include "core/cron.hpp"
+#include "core/cron_parse.hpp"
 #include "pg/direct.hpp"
 
 extern "C" {

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/cron.hpp"
+#include "core/cron_parse.hpp"
 #include "cron_tzif.hpp"
 
 using pgclaim::CronParseResult;

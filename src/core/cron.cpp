@@ -1,7 +1,8 @@
 // Pure layer: never includes postgres.h.
 //
 // Calendar arithmetic, matching and the next-fire search of cron schedules in
-// a time zone. The parser is in cron_parse.cpp.
+// a time zone. The parser is in cron_parse.cpp
+// (cron_parse.hpp).
 #include "core/cron.hpp"
 
 namespace pgclaim {

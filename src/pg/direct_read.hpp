@@ -1,0 +1,51 @@
+// Direct reads of claim.items and claim.claims for the hot paths (see
+// direct.hpp for the rules): the ready scan, and rows by id, tuple id or
+// token.
+#pragma once
+
+#include "pg/direct.hpp"
+
+namespace pgclaim::pg::direct {
+
+// Ready items of a queue in delivery order (ord, id), from the head or
+// from `from` (inclusive or strictly after).
+struct ReadyScan;
+ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
+                       Snapshot snap);
+// The next visible ready item and its tuple id; *group_key is valid until
+// the next call.
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+                ItemPointerData *tid);
+void ready_end(ReadyScan *s);
+
+struct ClaimRow {
+    int64 token;
+    int32 attempt;
+    TimestampTz lease_until;
+    ItemPointerData tid;
+};
+// The claim row of an item, if one is visible.
+bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out);
+// Items whose claim row carries `token`, ascending; returns the count and
+// a palloc'd array in *ids.
+int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids);
+
+struct ItemRow {
+    int32 queue_id;
+    bool ready;  // state 'r' and run_at NULL
+    int32 failures;
+    bool group_null;
+    Datum group_key;  // these datums stay valid until the next item_get()
+    Datum payload;
+    TimestampTz enqueued_at;
+    ItemPointerData tid;
+};
+bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
+// The same for one row version (from a scan): false unless that version is
+// visible to `snap` (it was deleted or updated since).
+bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out);
+
+// Is an earlier unfinished item of the group visible?
+bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap);
+
+}  // namespace pgclaim::pg::direct
