@@ -63,9 +63,16 @@ sub db_settings
 	return join('', map { "ALTER DATABASE $db $_;\n" } split /;\s*/, $settings);
 }
 
+# The CONTEXT lines of the front's own functions (claim.<f> calls
+# claim._on_<f>, which calls the PL/Proxy function claim._part_<f>) are not
+# in one server's output.
+my $front_context = qr{(?:SQL statement "SELECT (?:\* FROM )?claim\._(?:part|on|all)_[a-z_]+\([^"]*"|PL/pgSQL function claim\.[a-z_]+\([^)]*\) line \d+ at [A-Z ]+)\n};
+
 sub normalize
 {
 	my ($text) = @_;
+	$text =~ s/^CONTEXT:  (?:$front_context)+//mg;
+	$text =~ s/^(?:$front_context)+//mg;
 	my @out;
 	for my $l (split /\n/, $text)
 	{
