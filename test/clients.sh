@@ -41,121 +41,53 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
-RUN_USER="${PGCLAIM_USER:-pgclaim}"
+# shellcheck source=lib/cluster.sh
+. "$ROOT/test/lib/cluster.sh"
 PY=/usr/bin/python3
 DB=clients
-
-say() { printf '==> %s\n' "$*"; }
-
-if [[ $(id -u) -ne 0 ]]; then
-    echo "test/clients.sh must run as root (it installs packages and starts servers as $RUN_USER)" >&2
-    exit 1
-fi
+CL_KEEP=${CLIENTS_KEEP:-${CL_KEEP:-0}}
+harness_cleanup() {
+    if [[ -f "${CL_DIR:-}/pgbouncer.pid" ]]; then
+        kill "$(cat "$CL_DIR/pgbouncer.pid")" 2>/dev/null || true
+        sleep 0.2
+    fi
+    if (( FAILED > 0 )) && [[ -n "${CL_DIR:-}" ]]; then
+        echo "  logs: server $CL_DIR/server.log, pgbouncer $CL_DIR/pgbouncer.log (CLIENTS_KEEP=1 keeps them)"
+    fi
+    return 0
+}
+harness clients
 
 # --- 1. packages --------------------------------------------------------------
-PACKAGES=(python3 python3-psycopg python3-pytest python3-pytest-timeout python3-pip python3-venv python3-setuptools
-          pgbouncer util-linux iproute2)
-missing=()
-for p in "${PACKAGES[@]}"; do
-    if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
-        missing+=("$p")
-    fi
-done
+need_packages python3 python3-psycopg python3-pytest python3-pytest-timeout python3-pip python3-venv \
+    python3-setuptools pgbouncer util-linux iproute2 || exit 1
 # Node: only when the Node client exists, and only what is missing (a node
 # from elsewhere, e.g. NodeSource, brings its own npm and conflicts with
 # Debian's npm package).
 if [[ -f "$ROOT/clients/node/package.json" ]]; then
-    command -v node >/dev/null 2>&1 || missing+=(nodejs)
-    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    command -v node >/dev/null 2>&1 || need_packages nodejs || exit 1
+    command -v npm >/dev/null 2>&1 || need_packages npm || exit 1
 fi
-if ((${#missing[@]})); then
-    say "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null || {
-        echo "could not install ${missing[*]}" >&2
-        echo "clients: 0 passed, 1 failed"
-        exit 1
-    }
-else
-    say "packages: all present"
-fi
-if ! id -u "$RUN_USER" >/dev/null 2>&1; then
-    say "creating OS user $RUN_USER"
-    useradd --create-home --shell /bin/bash "$RUN_USER"
-fi
-if [[ ! -f "$("$PG_BIN/pg_config" --sharedir)/extension/pg_claim.control" ]]; then
-    echo "pg_claim is not installed: run test/setup.sh first" >&2
-    echo "clients: 0 passed, 1 failed"
-    exit 1
-fi
+need_extension || exit 1
 # Debian starts a pgbouncer service on install; this script runs its own.
 
 # --- 2. a throwaway cluster ---------------------------------------------------
-free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 20000))
-        if ! ss -Htan "( sport = :$port )" 2>/dev/null | grep -q . &&
-           "$PY" -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.close()" "$port" 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    return 1
-}
-
-SCRATCH="$(mktemp -d /tmp/pg_claim-clients.XXXXXX)"
-chown "$RUN_USER:" "$SCRATCH"
-chmod 755 "$SCRATCH"
-PGDATA="$SCRATCH/data"
-as_user() { runuser -u "$RUN_USER" -- env HOME="$SCRATCH" PATH="$PG_BIN:$PATH" "$@"; }
-
-cleanup() {
-    local rc=$?
-    if [[ -f "$SCRATCH/pgbouncer.pid" ]]; then
-        kill "$(cat "$SCRATCH/pgbouncer.pid")" 2>/dev/null || true
-        sleep 0.2
-    fi
-    if [[ -f "$PGDATA/postmaster.pid" ]]; then
-        as_user pg_ctl -D "$PGDATA" stop -m fast -w >/dev/null 2>&1 || true
-    fi
-    if [[ "${CLIENTS_KEEP:-0}" == 1 ]]; then
-        echo "scratch directory kept: $SCRATCH" >&2
-    else
-        rm -rf "$SCRATCH"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-PGPORT="$(free_port)" || { echo "no free port" >&2; echo "clients: 0 passed, 1 failed"; exit 1; }
-say "starting a throwaway cluster as $RUN_USER in $SCRATCH (port $PGPORT)"
-as_user initdb -D "$PGDATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
-cat >>"$PGDATA/postgresql.conf" <<EOF
-port = $PGPORT
+cluster_init clients <<'EOF' || exit 1
 listen_addresses = '127.0.0.1'
-unix_socket_directories = '$SCRATCH'
-shared_preload_libraries = 'pg_claim'
 max_connections = 150
-fsync = off
 EOF
-if ! as_user pg_ctl -D "$PGDATA" -l "$SCRATCH/server.log" -w start >/dev/null; then
-    tail -n 30 "$SCRATCH/server.log"
-    echo "clients: 0 passed, 1 failed"
+SCRATCH=$CL_DIR
+PGPORT=$CL_PORT
+say "starting a throwaway cluster as $RUN_USER in $SCRATCH (port $PGPORT)"
+if ! cluster_start; then
+    tail -n 30 "$CL_LOG"
     exit 1
 fi
-as_user psql -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d postgres \
-    -c "CREATE DATABASE $DB" >/dev/null
-as_user psql -X -q -v ON_ERROR_STOP=1 -h "$SCRATCH" -p "$PGPORT" -d "$DB" \
-    -c "CREATE EXTENSION pg_claim" >/dev/null
-say "pg_claim $(as_user psql -X -Atq -h "$SCRATCH" -p "$PGPORT" -d "$DB" \
-    -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_claim'") in database $DB"
+cluster_database "$DB" || exit 1
+say "pg_claim $(psql_cl -Atc "SELECT extversion FROM pg_extension WHERE extname = 'pg_claim'") in database $DB"
 
 # --- 3. PgBouncer in transaction pooling mode ---------------------------------
-BPORT="$(free_port)" || { echo "no free port" >&2; echo "clients: 0 passed, 1 failed"; exit 1; }
+BPORT="$(free_port)" || { echo "no free port" >&2; exit 1; }
 printf '"%s" ""\n' "$RUN_USER" >"$SCRATCH/userlist.txt"
 cat >"$SCRATCH/pgbouncer.ini" <<EOF
 [databases]
@@ -192,7 +124,6 @@ start_bouncer() {
 }
 if ! start_bouncer; then
     tail -n 20 "$SCRATCH/pgbouncer.log" 2>/dev/null
-    echo "clients: 0 passed, 1 failed"
     exit 1
 fi
 # PgBouncer 1.18 (Debian 12) can exit on a cancel request that crosses the end
@@ -215,8 +146,6 @@ DIRECT="postgresql://$RUN_USER@127.0.0.1:$PGPORT/$DB"
 POOLED="postgresql://$RUN_USER@127.0.0.1:$BPORT/$DB"
 
 # --- 4. the suites --------------------------------------------------------------
-PASSED=0
-FAILED=0
 SUMMARY=()
 
 run_python() {   # $1 label, $2 dsn
@@ -268,30 +197,6 @@ run_node() {   # $1 label, $2 dsn
     SUMMARY+=("node ($label, $NODE_DEPS): $p passed, $f failed, $s skipped")
 }
 
-# Debian's node-pg for the Node suite when npm is unreachable. Installed with
-# apt-get; where that cannot be (a nodejs from elsewhere, e.g. NodeSource, does
-# not satisfy Debian's node-* dependencies), node-pg and split2 are unpacked
-# into the scratch directory. Prints the folder for NODE_PATH.
-debian_node_pg() {
-    local dir
-    dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
-    if [[ -z "$dir" ]]; then
-        say "installing: node-pg" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        { apt-get update -q && apt-get install -y -q --no-install-recommends node-pg </dev/null; } >&2 &&
-            dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
-    fi
-    if [[ -z "$dir" ]]; then
-        say "apt-get could not install node-pg: unpacking node-pg and node-split2 into $SCRATCH/debnode" >&2
-        mkdir -p "$SCRATCH/debs" "$SCRATCH/debnode" && chmod 777 "$SCRATCH/debs"
-        (cd "$SCRATCH/debs" && apt-get download node-pg node-split2 >&2) || return 1
-        for deb in "$SCRATCH"/debs/*.deb; do dpkg-deb -x "$deb" "$SCRATCH/debnode" || return 1; done
-        dir="$(find "$SCRATCH/debnode" -path '*/nodejs/pg/package.json' | head -n1)"
-    fi
-    [[ -n "$dir" ]] || return 1
-    dirname "$(dirname "$dir")"
-}
-
 # The package installs with pip from the folder, offline, next to Debian's psycopg.
 if [[ "${CLIENTS_ONLY:-}" != node ]]; then
 say "pip install clients/python (virtualenv with system site-packages, --no-index)"
@@ -319,13 +224,19 @@ else
 fi
 fi
 
+# both_ways RUN SUITE: RUN (run_python or run_node) directly, then through
+# PgBouncer; PgBouncer is started again if the suite ended it.
+both_ways() {
+    "$1" direct "$DIRECT"
+    "$1" pgbouncer "$POOLED"
+    check_bouncer "$2"
+}
+
 ONLY="${CLIENTS_ONLY:-}"
 if [[ "$ONLY" == node ]]; then
     :
 elif [[ -d "$ROOT/clients/python/tests" ]]; then
-    run_python direct "$DIRECT"
-    run_python pgbouncer "$POOLED"
-    check_bouncer "the Python suite"
+    both_ways run_python "the Python suite"
 else
     FAILED=$((FAILED + 1))
     SUMMARY+=("python: clients/python/tests missing")
@@ -369,9 +280,7 @@ c.stats().then(() => c.close()).then(() => console.log('fresh app: ok'), (e) => 
     fi
     if [[ -n "$NODE_DEPS" ]]; then
         if [[ "$NODE_DEPS" == "npm ci" ]]; then say "node: npm ci"; else say "node: Debian node-pg (npm unreachable)"; fi
-        run_node direct "$DIRECT"
-        run_node pgbouncer "$POOLED"
-        check_bouncer "the Node suite"
+        both_ways run_node "the Node suite"
     else
         FAILED=$((FAILED + 1))
         SUMMARY+=("node: npm install failed, and Debian's node-pg could not be installed")
@@ -381,8 +290,3 @@ fi
 echo
 echo "== summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
-if (( FAILED > 0 )); then
-    echo "  logs: server $SCRATCH/server.log, pgbouncer $SCRATCH/pgbouncer.log (set CLIENTS_KEEP=1 to keep them)"
-fi
-echo "clients: $PASSED passed, $FAILED failed"
-(( FAILED == 0 ))

@@ -91,24 +91,8 @@ CL_DB=ops
 # from elsewhere does not satisfy Debian's node-* dependencies), unpacked into
 # the scratch directory. Prints the folder for NODE_PATH ("" for npm's).
 node_pg_path() {
-    local dir
     if [[ -f "$ROOT/test/dashboard/node_modules/pg/package.json" ]]; then echo ""; return 0; fi
-    dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
-    if [[ -z "$dir" ]]; then
-        say "installing: node-pg" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        { apt-get update -q && apt-get install -y -q --no-install-recommends node-pg </dev/null; } >&2 &&
-            dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
-    fi
-    if [[ -z "$dir" ]]; then
-        say "apt-get could not install node-pg: unpacking node-pg and node-split2 into $SCRATCH/debnode" >&2
-        mkdir -p "$SCRATCH/debs" "$SCRATCH/debnode" && chmod 777 "$SCRATCH/debs"
-        (cd "$SCRATCH/debs" && apt-get download node-pg node-split2 >&2) || return 1
-        for deb in "$SCRATCH"/debs/*.deb; do dpkg-deb -x "$deb" "$SCRATCH/debnode" || return 1; done
-        dir="$(find "$SCRATCH/debnode" -path '*/nodejs/pg/package.json' | head -n1)"
-    fi
-    [[ -n "$dir" ]] || return 1
-    dirname "$(dirname "$dir")"
+    debian_node_pg
 }
 say "cluster on port $PGPORT"
 cluster_start || fail_setup "the server did not start"

@@ -47,10 +47,8 @@ log_connections = off
 restart_after_crash = on
 EOF
 cluster_start || { fail "server did not start"; exit 1; }
-CL_DB=postgres psql_cl -c "CREATE DATABASE soak" || { fail "create database"; exit 1; }
-CL_DB=soak
+cluster_database soak || exit 1
 psql_cl >/dev/null <<'SQL' || { fail "fixture"; exit 1; }
-CREATE EXTENSION pg_claim;
 -- attempts never run out: an item that went dead would count as lost
 SELECT claim.create_queue('soak_q', lease => '2 seconds', max_attempts => 1000000, backoff => '0');
 SELECT claim.create_queue('soak_trig', lease => '2 seconds', max_attempts => 1000000, backoff => '0');

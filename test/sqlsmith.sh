@@ -62,10 +62,8 @@ track_functions = all
 EOF
 cluster_start || { fail "server did not start"; exit 1; }
 
-CL_DB=postgres psql_cl -c "CREATE DATABASE smith" || { fail "create database"; exit 1; }
-CL_DB=smith
+cluster_database smith || exit 1
 psql_cl >/dev/null <<'SQL' || { fail "fixture"; exit 1; }
-CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('jobs', lease => '30 seconds');
 SELECT claim.create_queue('orders_q', lease => '10 seconds', max_attempts => 2, backoff => '1 second');
 SELECT claim.create_queue('bulk_q');

@@ -1,7 +1,7 @@
 # test/lib/cluster.sh — sourced by the test scripts that start their own
 # server (test/soak.sh, test/sqlsmith.sh, test/valgrind.sh,
 # test/valgrind/ubsan.sh, test/memory_flat.sh, test/major_dump.sh,
-# test/exporter_test.sh, test/dashboard_test.sh).
+# test/exporter_test.sh, test/dashboard_test.sh, test/clients.sh).
 #
 # Gives each script a throwaway cluster owned by the unprivileged OS user
 # (PGCLAIM_USER, default pgclaim) on a free port with a unix socket in its own
@@ -25,6 +25,8 @@
 #   as_user CMD  run CMD as the user with PostgreSQL's bin directory first in PATH
 #   psql_cl ...  psql on the cluster (database $CL_DB, default postgres), no ~/.psqlrc
 #   cluster_start / cluster_stop [mode] / cluster_crash
+#   cluster_database DB  a database with pg_claim in it (CL_DB=DB)
+#   debian_node_pg       Debian's node-pg for NODE_PATH (when npm is unreachable)
 
 # PG_BIN from the caller, else the major test/pg-major.sh picks
 [[ -n ${PG_BIN:-} ]] || . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh"
@@ -112,6 +114,36 @@ cluster_stop() {
     [[ -n "${CL_DATA:-}" && -f "$CL_DATA/postmaster.pid" ]] || return 0
     as_user pg_ctl -D "$CL_DATA" -w -t "${CL_STOP_TIMEOUT:-60}" stop -m "${1:-fast}" >/dev/null 2>&1 ||
         as_user pg_ctl -D "$CL_DATA" stop -m immediate >/dev/null 2>&1 || true
+}
+
+# cluster_database DB: creates database DB with pg_claim in it; CL_DB=DB.
+cluster_database() {
+    CL_DB=postgres psql_cl -c "CREATE DATABASE $1" >/dev/null || { fail "CREATE DATABASE $1"; return 1; }
+    CL_DB=$1
+    psql_cl -c "CREATE EXTENSION pg_claim" >/dev/null || { fail "CREATE EXTENSION pg_claim"; return 1; }
+}
+
+# debian_node_pg: Debian's node-pg, for a Node script when npm is unreachable.
+# Installed with apt-get; where that cannot be (a nodejs from elsewhere, e.g.
+# NodeSource, does not satisfy Debian's node-* dependencies), node-pg and
+# split2 are unpacked into $CL_DIR. Prints the folder for NODE_PATH.
+debian_node_pg() {
+    local dir deb
+    dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    if [[ -z "$dir" ]]; then
+        say "installing: node-pg" >&2
+        need_packages node-pg >&2 &&
+            dir="$(dpkg -L node-pg 2>/dev/null | grep -E '/nodejs/pg/package\.json$' | head -n1)"
+    fi
+    if [[ -z "$dir" ]]; then
+        say "apt-get could not install node-pg: unpacking node-pg and node-split2 into $CL_DIR/debnode" >&2
+        mkdir -p "$CL_DIR/debs" "$CL_DIR/debnode" && chmod 777 "$CL_DIR/debs"
+        (cd "$CL_DIR/debs" && apt-get download node-pg node-split2 >&2) || return 1
+        for deb in "$CL_DIR"/debs/*.deb; do dpkg-deb -x "$deb" "$CL_DIR/debnode" || return 1; done
+        dir="$(find "$CL_DIR/debnode" -path '*/nodejs/pg/package.json' | head -n1)"
+    fi
+    [[ -n "$dir" ]] || return 1
+    dirname "$(dirname "$dir")"
 }
 
 # cluster_crash: an immediate shutdown (no checkpoint: crash recovery at the
