@@ -6,12 +6,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 
-my $node = PostgreSQL::Test::Cluster->new('drain');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_claim'\nmax_connections = 30\n");
-$node->start;
+my $node = pgclaim_node('drain', "max_connections = 30\n");
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;

@@ -10,12 +10,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 
-my $node = PostgreSQL::Test::Cluster->new('inval');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_claim'\nmax_connections = 30\n");
-$node->start;
+my $node = pgclaim_node('inval', "max_connections = 30\n");
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;

@@ -20,12 +20,11 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_claim'\nmax_connections = 30\n");
-$primary->start;
+my $primary = pgclaim_node('primary', "max_connections = 30\n", allows_streaming => 1);
 $primary->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('p', lease => '1 hour');

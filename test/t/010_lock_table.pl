@@ -12,17 +12,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('locks');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-max_prepared_transactions = 5
+my $node = pgclaim_node('locks', qq{max_prepared_transactions = 5
 pg_claim.max_xact_locks = 1024
 pg_claim.max_rate_keys = 64
 });
-$node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('big', lease => '1 hour');

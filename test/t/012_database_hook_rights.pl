@@ -10,15 +10,12 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('hook');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-pg_claim.worker_naptime = 100
-});
-$node->start;
+my $node = pgclaim_node('hook', "pg_claim.worker_naptime = 100\n");
 $node->safe_psql('postgres', q{
 	CREATE DATABASE appdb;
 	CREATE ROLE mallory LOGIN;
@@ -27,21 +24,13 @@ $node->safe_psql('postgres', q{
 });
 $node->safe_psql('appdb', 'CREATE EXTENSION pg_claim');
 
-sub worker_pid
-{
-	my ($db) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-		   WHERE backend_type = 'pg_claim worker' AND datname = '$db'});
-}
-
 sub wait_worker
 {
 	my ($db, $old) = @_;
 	my $deadline = time + 30;
 	while (time < $deadline)
 	{
-		my $pid = worker_pid($db);
+		my $pid = worker_pid($node, $db);
 		return $pid if $pid && $pid != ($old // 0);
 		usleep(50_000);
 	}
@@ -67,7 +56,7 @@ for my $i (1 .. 50)
 }
 is($refused, 150, 'every statement of the role without rights fails its permission check');
 usleep(500_000);
-is(worker_pid('appdb'), $pid, 'and the worker kept running: it was never paused');
+is(worker_pid($node, 'appdb'), $pid, 'and the worker kept running: it was never paused');
 
 # The owner may: the worker is paused for the rename and comes back.
 $node->safe_psql('postgres', 'ALTER DATABASE appdb RENAME TO renamed', extra_params => [ '-U', 'owner_role' ]);

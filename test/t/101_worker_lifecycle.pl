@@ -17,31 +17,21 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use IPC::Run;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('worker');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-max_worker_processes = 16
+my $node = pgclaim_node('worker', qq{max_worker_processes = 16
 restart_after_crash = on
 max_locks_per_transaction = 256
 });
-$node->start;
 
 # A database with the extension before the server (and the launcher) start.
 $node->safe_psql('postgres', 'CREATE DATABASE early');
 $node->safe_psql('early', 'CREATE EXTENSION pg_claim');
 $node->restart;
-
-sub worker_pid
-{
-	my ($db) = @_;
-	return $node->safe_psql('postgres',
-		qq{SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-		   WHERE backend_type = 'pg_claim worker' AND datname = '$db'});
-}
 
 sub launcher_pid
 {
@@ -59,7 +49,7 @@ sub wait_worker
 	my $deadline = time + $secs;
 	while (time < $deadline)
 	{
-		my $pid = worker_pid($db);
+		my $pid = worker_pid($node, $db);
 		return $pid if $pid && $pid != $old;
 		usleep(50_000);
 	}
@@ -72,7 +62,7 @@ sub wait_no_worker
 	my $deadline = time + ($secs // 10);
 	while (time < $deadline)
 	{
-		return 1 if !worker_pid($db);
+		return 1 if !worker_pid($node, $db);
 		usleep(50_000);
 	}
 	return 0;
@@ -93,7 +83,7 @@ my $w_late = wait_worker('late', 0, 10);
 ok($w_late, 'database created after start is served once the extension is created');
 cmp_ok(time - $t0, '<', 3, 'CREATE EXTENSION starts its worker promptly');
 
-is(worker_pid('postgres'), 0, 'no worker stays in a database without the extension');
+is(worker_pid($node, 'postgres'), 0, 'no worker stays in a database without the extension');
 is($node->safe_psql('postgres',
 	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'
 	    AND (state = 'idle in transaction' OR backend_xmin IS NOT NULL)}),
@@ -164,7 +154,7 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend($l1)");
 ok($node->poll_query_until('postgres',
 	qq{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_claim launcher' AND pid <> $l1}),
 	'launcher comes back after pg_terminate_backend');
-is(worker_pid('early'), $w2, '... and adopts the running worker (no second one)');
+is(worker_pid($node, 'early'), $w2, '... and adopts the running worker (no second one)');
 
 # Crash: a backend killed with SIGKILL makes the postmaster reinitialize.
 my ($in, $bout, $berr) = ('', '', '');
@@ -198,14 +188,14 @@ ok(wait_no_worker('late', 5), 'DROP EXTENSION ends the worker of that database')
 $node->safe_psql('late', 'CREATE EXTENSION pg_claim');
 ok(wait_worker('late', 0, 5), 'CREATE EXTENSION again brings it back');
 
-my $w_late2 = worker_pid('late');
+my $w_late2 = worker_pid($node, 'late');
 $t0 = time;
 my ($rc, $so, $se) = $node->psql('postgres', 'DROP DATABASE late');
 is($rc, 0, 'DROP DATABASE succeeds while its worker runs') or diag $se;
 cmp_ok(time - $t0, '<', 3, '... without waiting for the worker to go by itself');
 is($node->safe_psql('postgres',
 	qq{SELECT count(*) FROM pg_stat_activity WHERE pid = $w_late2}), '0', '... the worker is gone');
-is(worker_pid('early'), $w3, 'the other database keeps its worker');
+is(worker_pid($node, 'early'), $w3, 'the other database keeps its worker');
 
 # ALTER DATABASE RENAME needs the database to itself, too.
 ($rc, $so, $se) = $node->psql('postgres', 'ALTER DATABASE early RENAME TO early2');

@@ -7,15 +7,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 
-my $node = PostgreSQL::Test::Cluster->new('lease_purge');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{shared_preload_libraries = 'pg_claim'
-pg_claim.worker_naptime = '100ms'
+my $node = pgclaim_node('lease_purge', qq{pg_claim.worker_naptime = '100ms'
 pg_claim.lease_purge_after = '1s'
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 
 # expired, live, released, and a semaphore with one expired and one live slot

@@ -18,16 +18,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use Time::HiRes qw(usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('script_attacks');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{shared_preload_libraries = 'pg_claim'
-pg_claim.worker_naptime = '100ms'
+my $node = pgclaim_node('script_attacks', qq{pg_claim.worker_naptime = '100ms'
 pg_claim.lease_purge_after = '1s'
 });
-$node->start;
 
 my $installer = $node->safe_psql('postgres', 'SELECT current_user');
 my $hostile_path = 'evil, pg_catalog, public';

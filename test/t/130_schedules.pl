@@ -14,17 +14,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use IPC::Run;
 use Time::HiRes qw(time usleep sleep);
 
-my $node = PostgreSQL::Test::Cluster->new('schedules');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-max_locks_per_transaction = 256
+my $node = pgclaim_node('schedules', qq{max_locks_per_transaction = 256
 pg_claim.worker_naptime = 1000
 });
-$node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_claim;
 	SELECT claim.create_queue('ticks', '1 minute', 3, '1 second');
