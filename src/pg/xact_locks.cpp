@@ -1,7 +1,7 @@
 // Transaction-scoped locks in shared memory: see xact_locks.hpp.
 //
-// The table is PostgreSQL's shared hash (dynahash) split into kPartitions
-// partitions, each with its own LWLock and condition variable. An entry
+// The table is PostgreSQL's shared hash (pg/shared_hash.hpp) split into
+// kPartitions partitions, each with its own LWLock and condition variable. An entry
 // names its holder by the holder's virtual transaction id, or marks it held
 // by a prepared transaction. Entries are removed by the holder's
 // transaction callbacks; an entry of a prepared transaction is backed by a
@@ -9,6 +9,8 @@
 // transaction through a restart), and removed by the first backend that
 // finds that heavyweight lock free.
 #include "pg/xact_locks.hpp"
+
+#include "pg/shared_hash.hpp"
 
 extern "C" {
 #include "access/twophase.h"
@@ -29,7 +31,6 @@ int guc_max_xact_locks = 65536;
 namespace {
 
 constexpr int kPartitions = 128;  // a power of two (dynahash's rule)
-constexpr char kTranche[] = "pg_claim xact locks";
 // A waiter first sleeps on its partition's condition variable, which every
 // release wakes (a claimer that tried an item and let it go at once); past
 // this it waits on the holder's transaction, where deadlocks are detected.
@@ -58,9 +59,11 @@ struct Control {
     } part[kPartitions];
 };
 
-HTAB *table = nullptr;
+// One LWLock per partition, and one more for restore_prepared().
+pg::SharedHash shash = {"pg_claim xact locks", "transaction locks", "pg_claim.max_xact_locks",
+                        sizeof(Key), sizeof(Entry), &guc_max_xact_locks, kPartitions, 1,
+                        nullptr, nullptr, nullptr};
 Control *ctl = nullptr;
-LWLockPadded *locks = nullptr;
 
 // This backend's holds in the current transaction.
 struct Held {
@@ -95,12 +98,12 @@ VirtualTransactionId my_vxid() {
 }
 
 uint32 partition_of(uint32 hash) { return hash % kPartitions; }
-LWLock *lock_of(uint32 part) { return &locks[part].lock; }
+LWLock *lock_of(uint32 part) { return &shash.locks[part].lock; }
 
 // Caller holds the partition's lock. Removes the entry and counts it.
 void remove_entry(const Key &k, uint32 hash) {
     bool found;
-    hash_search_with_hash_value(table, &k, hash, HASH_REMOVE, &found);
+    hash_search_with_hash_value(shash.htab, &k, hash, HASH_REMOVE, &found);
     if (found) pg_atomic_fetch_sub_u64(&ctl->used, 1);
 }
 
@@ -111,11 +114,11 @@ void wake(uint32 part) {
 
 // Removes this backend's entry of `k` from the shared table.
 void release_shared(const Key &k) {
-    uint32 hash = get_hash_value(table, &k);
+    uint32 hash = get_hash_value(shash.htab, &k);
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
-    Entry *e = (Entry *)hash_search_with_hash_value(table, &k, hash, HASH_FIND, &found);
+    Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
     if (found && !e->prepared && VirtualTransactionIdEquals(e->owner, holder))
         remove_entry(k, hash);
     LWLockRelease(lock_of(part));
@@ -164,11 +167,11 @@ void before_prepare() {
 void after_prepare() {
     if (nheld == 0) return;
     for_each_held([](Held *h) {
-        uint32 hash = get_hash_value(table, &h->key);
+        uint32 hash = get_hash_value(shash.htab, &h->key);
         uint32 part = partition_of(hash);
         LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
         bool found;
-        Entry *e = (Entry *)hash_search_with_hash_value(table, &h->key, hash, HASH_FIND, &found);
+        Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &h->key, hash, HASH_FIND, &found);
         if (found) {
             e->prepared = true;
             SetInvalidVirtualTransactionId(e->owner);
@@ -258,11 +261,11 @@ void restore_prepared() {
             k.db = t.locktag_field1;
             k.space = t.locktag_field4;
             k.key = ((uint64)t.locktag_field2 << 32) | t.locktag_field3;
-            uint32 hash = get_hash_value(table, &k);
+            uint32 hash = get_hash_value(shash.htab, &k);
             uint32 part = partition_of(hash);
             LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
             bool found;
-            Entry *e = (Entry *)hash_search_with_hash_value(table, &k, hash, HASH_ENTER_NULL, &found);
+            Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_ENTER_NULL, &found);
             if (e != nullptr && !found) {
                 pg_atomic_fetch_add_u64(&ctl->used, 1);
                 e->prepared = true;
@@ -302,7 +305,7 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, VirtualTransact
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
-    Entry *e = (Entry *)hash_search_with_hash_value(table, &k, hash, HASH_FIND, &found);
+    Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
     if (found && e->prepared) {
         if (!prepared_gone(k)) {
             LWLockRelease(lock_of(part));
@@ -321,7 +324,7 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, VirtualTransact
         LWLockRelease(lock_of(part));
         table_full();
     }
-    e = (Entry *)hash_search_with_hash_value(table, &k, hash, HASH_ENTER_NULL, &found);
+    e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_ENTER_NULL, &found);
     if (e == nullptr) {
         pg_atomic_fetch_sub_u64(&ctl->used, 1);
         LWLockRelease(lock_of(part));
@@ -344,11 +347,10 @@ bool hw_lock(const Key &k, bool wait) {
 
 Size xact_locks_shmem_size() {
     Size s = MAXALIGN(sizeof(Control));
-    return add_size(s, hash_estimate_size(guc_max_xact_locks, sizeof(Entry)));
+    return add_size(s, pg::shared_hash_size(shash));
 }
 
-// One LWLock per partition, and one more for restore_prepared().
-void xact_locks_shmem_request() { RequestNamedLWLockTranche(kTranche, kPartitions + 1); }
+void xact_locks_shmem_request() { pg::shared_hash_request(shash); }
 
 void xact_locks_shmem_init() {
     bool found;
@@ -361,19 +363,12 @@ void xact_locks_shmem_init() {
             pg_atomic_init_u32(&ctl->part[i].waiters, 0);
         }
     }
-    locks = GetNamedLWLockTranche(kTranche);
-    HASHCTL info;
-    memset(&info, 0, sizeof(info));
-    info.keysize = sizeof(Key);
-    info.entrysize = sizeof(Entry);
-    info.num_partitions = kPartitions;
-    table = ShmemInitHash("pg_claim xact locks", guc_max_xact_locks, guc_max_xact_locks, &info,
-                          HASH_ELEM | HASH_BLOBS | HASH_PARTITION);
+    pg::shared_hash_init(shash);
 }
 
 bool xact_lock(LockSpace space, uint64 key, bool wait) {
     Key k = make_key(space, key);
-    if (table == nullptr) return hw_lock(k, wait);
+    if (shash.htab == nullptr) return hw_lock(k, wait);
     ensure_local();
     bool found;
     Held *h = (Held *)hash_search(held, &k, HASH_FIND, &found);
@@ -388,7 +383,7 @@ bool xact_lock(LockSpace space, uint64 key, bool wait) {
     n->count = 0;
     n->level = GetCurrentTransactionNestLevel();
     ++nheld;
-    uint32 hash = get_hash_value(table, &k);
+    uint32 hash = get_hash_value(shash.htab, &k);
     uint32 part = partition_of(hash);
     VirtualTransactionId me = my_vxid();
     holder = me;
@@ -449,7 +444,7 @@ bool xact_lock(LockSpace space, uint64 key, bool wait) {
 
 void xact_unlock(LockSpace space, uint64 key) {
     Key k = make_key(space, key);
-    if (table == nullptr) {
+    if (shash.htab == nullptr) {
         LOCKTAG tag;
         set_tag(&tag, k);
         (void)LockRelease(&tag, ExclusiveLock, false);
@@ -466,10 +461,10 @@ void xact_unlock(LockSpace space, uint64 key) {
 }
 
 void xact_locks_release_all() {
-    if (table != nullptr) release_all();
+    if (shash.htab != nullptr) release_all();
 }
 
-bool xact_locks_in_shmem() { return table != nullptr; }
+bool xact_locks_in_shmem() { return shash.htab != nullptr; }
 
 int64 xact_locks_held() { return nheld; }
 

@@ -21,7 +21,7 @@ struct SlotEntry {
 
 TxnTable table = {"pg_claim claim slots", "claims in flight under max_active",
                   "pg_claim.max_claim_slots", sizeof(SlotKey), sizeof(SlotEntry),
-                  &guc_max_claim_slots, nullptr, nullptr};
+                  &guc_max_claim_slots, 1, 0, nullptr, nullptr, nullptr};
 
 // This backend's reservations in the current transaction (plain data): one
 // per queue and nesting level.
@@ -46,10 +46,10 @@ bool same(const SlotKey &a, const SlotKey &b) { return memcmp(&a, &b, sizeof(Slo
 
 // Caller holds the lock.
 void release(const SlotKey &k, int64 n) {
-    auto *e = (SlotEntry *)txn_table_find(table, &k, false);
+    auto *e = (SlotEntry *)pg::shared_hash_find(table, &k, false);
     if (e == nullptr) return;
     e->reserved -= n;
-    if (e->reserved <= 0) txn_table_remove(table, &k);
+    if (e->reserved <= 0) pg::shared_hash_remove(table, &k);
 }
 
 void give_back(const Mine &m) { release(m.key, m.n); }
@@ -82,9 +82,9 @@ Mine *mine_for(const SlotKey &k) {
 
 }  // namespace
 
-Size claim_slots_shmem_size() { return txn_table_shmem_size(table); }
-void claim_slots_shmem_request() { txn_table_request(table); }
-void claim_slots_shmem_init() { txn_table_init(table); }
+Size claim_slots_shmem_size() { return pg::shared_hash_size(table); }
+void claim_slots_shmem_request() { pg::shared_hash_request(table); }
+void claim_slots_shmem_init() { pg::shared_hash_init(table); }
 
 int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
     if (table.htab == nullptr || n <= 0) return -1;
@@ -99,7 +99,7 @@ int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
     for (int i = 0; i < mine.size(); ++i)
         if (same(mine[i].key, k)) own += mine[i].n;
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    auto *e = (SlotEntry *)txn_table_find(table, &k, true);
+    auto *e = (SlotEntry *)pg::shared_hash_find(table, &k, true);
     int64 others = e->reserved - own;
     e->reserved += n;
     LWLockRelease(table.lock);

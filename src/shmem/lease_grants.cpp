@@ -21,7 +21,8 @@ struct GrantEntry {
 };
 
 TxnTable table = {"pg_claim lease grants", "lease grants in flight", "pg_claim.max_lease_grants",
-                  sizeof(GrantKey), sizeof(GrantEntry), &guc_max_lease_grants, nullptr, nullptr};
+                  sizeof(GrantKey), sizeof(GrantEntry), &guc_max_lease_grants, 1, 0,
+                  nullptr, nullptr, nullptr};
 
 // This backend's announcements in the current transaction (plain data),
 // each with the nesting level that made it.
@@ -43,8 +44,8 @@ GrantKey key_of(uint64 name) {
 // Caller holds the lock.
 void drop_one(uint64 name) {
     GrantKey k = key_of(name);
-    auto *e = (GrantEntry *)txn_table_find(table, &k, false);
-    if (e != nullptr && --e->refs <= 0) txn_table_remove(table, &k);
+    auto *e = (GrantEntry *)pg::shared_hash_find(table, &k, false);
+    if (e != nullptr && --e->refs <= 0) pg::shared_hash_remove(table, &k);
 }
 
 void give_back(const Mine &m) { drop_one(m.name); }
@@ -64,9 +65,9 @@ void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void
 
 }  // namespace
 
-Size lease_grants_shmem_size() { return txn_table_shmem_size(table); }
-void lease_grants_shmem_request() { txn_table_request(table); }
-void lease_grants_shmem_init() { txn_table_init(table); }
+Size lease_grants_shmem_size() { return pg::shared_hash_size(table); }
+void lease_grants_shmem_request() { pg::shared_hash_request(table); }
+void lease_grants_shmem_init() { pg::shared_hash_init(table); }
 
 bool lease_grant_begin(uint64 name_hash, int32 permits) {
     if (table.htab == nullptr) return true;
@@ -79,7 +80,7 @@ bool lease_grant_begin(uint64 name_hash, int32 permits) {
     GrantKey k = key_of(name_hash);
     bool ok = true;
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    auto *e = (GrantEntry *)txn_table_find(table, &k, true);
+    auto *e = (GrantEntry *)pg::shared_hash_find(table, &k, true);
     if (e->refs > 0 && e->permits != permits) {
         // Ours alone (an earlier grant of this transaction) may change count.
         int own = 0;

@@ -23,7 +23,8 @@ struct RateEntry {
 };
 
 TxnTable table = {"pg_claim rates", "rate-limited keys", "pg_claim.max_rate_keys",
-                  sizeof(RateKey), sizeof(RateEntry), &guc_max_rate_keys, nullptr, nullptr};
+                  sizeof(RateKey), sizeof(RateEntry), &guc_max_rate_keys, 1, 0,
+                  nullptr, nullptr, nullptr};
 
 RateKey key_of(Oid install, int32 queue_id, uint64 group) {
     RateKey k;
@@ -47,9 +48,9 @@ void drop_idle(int64 now) {
 
 }  // namespace
 
-Size rates_shmem_size() { return txn_table_shmem_size(table); }
-void rates_shmem_request() { txn_table_request(table); }
-void rates_shmem_init() { txn_table_init(table); }
+Size rates_shmem_size() { return pg::shared_hash_size(table); }
+void rates_shmem_request() { pg::shared_hash_request(table); }
+void rates_shmem_init() { pg::shared_hash_init(table); }
 
 int rate_take(Oid install, int32 queue_id, uint64 group, const RateRule &rule, int want,
               TimestampTz now, TimestampTz *next_at) {
@@ -59,10 +60,10 @@ int rate_take(Oid install, int32 queue_id, uint64 group, const RateRule &rule, i
                   "rate limits of queues need the preloaded pg_claim library");
     RateKey k = key_of(install, queue_id, group);
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    auto *e = (RateEntry *)txn_table_find(table, &k, false);
+    auto *e = (RateEntry *)pg::shared_hash_find(table, &k, false);
     if (e == nullptr) {
         if (hash_get_num_entries(table.htab) >= guc_max_rate_keys) drop_idle(now);
-        e = (RateEntry *)txn_table_find(table, &k, true);  // 53400 when still full
+        e = (RateEntry *)pg::shared_hash_find(table, &k, true);  // 53400 when still full
     }
     int granted = pgclaim::rate_take(&e->tat, now, rule, want);
     if (e->tat == 0) e->tat = 1;  // a key of its own even when nothing was granted
@@ -76,7 +77,7 @@ void rate_give_back(Oid install, int32 queue_id, uint64 group, const RateRule &r
     if (table.htab == nullptr || n <= 0) return;
     RateKey k = key_of(install, queue_id, group);
     LWLockAcquire(table.lock, LW_EXCLUSIVE);
-    auto *e = (RateEntry *)txn_table_find(table, &k, false);
+    auto *e = (RateEntry *)pg::shared_hash_find(table, &k, false);
     if (e != nullptr) pgclaim::rate_give_back(&e->tat, rule, n);
     LWLockRelease(table.lock);
 }

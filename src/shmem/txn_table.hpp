@@ -1,13 +1,13 @@
-// A shared-memory hash table whose entries belong to open transactions, the
+// Shared-memory hash tables whose entries belong to open transactions, the
 // shape of the in-flight tables (claim_slots, lease_grants) and of the rate
-// table: PostgreSQL's dynahash under one LWLock, a size set by a GUC, a
-// clear error when it is full (txn_table.cpp), and per backend the records
-// of what the current transaction added, each with the nesting level that
-// added it, so that a subtransaction's rollback gives back exactly its own
-// part (TxnRecords, header-only).
+// table: pg_claim's shared hash (pg/shared_hash.hpp) under one LWLock, a
+// size set by a GUC and a clear error when it is full; and per backend the
+// records of what the current transaction added, each with the nesting
+// level that added it, so that a subtransaction's rollback gives back
+// exactly its own part (TxnRecords). Header-only.
 #pragma once
 
-#include "pg/pg.hpp"
+#include "pg/shared_hash.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -18,25 +18,9 @@ extern "C" {
 
 namespace pgclaim::shmem {
 
-struct TxnTable {
-    const char *name;      // shared-memory name, also the LWLock tranche
-    const char *what;      // what it holds, for the error when it is full
-    const char *guc;       // the GUC that sizes it (for the error's hint)
-    Size keysize;          // entries start with their key
-    Size entrysize;
-    int *capacity;         // the GUC's variable
-    HTAB *htab;            // set by txn_table_init
-    LWLock *lock;
-};
-
-Size txn_table_shmem_size(const TxnTable &t);
-void txn_table_request(const TxnTable &t);
-void txn_table_init(TxnTable &t);
-
-// Under t.lock: the entry of `key`, created zeroed (beyond the key) when
-// `create`; raises 53400 naming t.guc when the table is full.
-void *txn_table_find(TxnTable &t, const void *key, bool create);
-void txn_table_remove(TxnTable &t, const void *key);
+// A table of in-flight state: unpartitioned (partitions 1), one lock
+// (t.lock); pg::shared_hash_find and shared_hash_remove under it.
+using TxnTable = pg::SharedHash;
 
 // What this backend's current transaction added to a TxnTable: plain
 // records (`Rec` has an `int level`, the nesting level that added it) in
