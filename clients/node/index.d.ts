@@ -266,3 +266,31 @@ export declare function isTransient(err: unknown): boolean;
 /** <host>:<pid>, the default worker name. */
 export declare function defaultWorkerName(): string;
 export declare function isStale(err: unknown): boolean;
+
+/** 32-bit FNV-1a of the UTF-8 bytes of key, as a signed int4 (0 for null): the front's claim.route_hash. */
+export declare function routeHash(key: string | null | undefined): number;
+/** The partition bits of a token: 52..47, or 62..53 above 2^53 - 1. */
+export declare function tokenPartition(token: number | string | bigint): number;
+/** The partition of a spread queue that holds the items of key: the front's claim.spread_partition. */
+export declare function spreadPartition(partitions: number[], key: string | null): number;
+
+/** A partition that cannot be reached (PC003 at the front). */
+export declare class PartitionUnreachableError extends Error {
+  readonly code: 'PC003';
+  readonly partition: number;
+}
+
+/** Calls routed to the partitions directly, without the PL/Proxy front (docs/partitions.md). */
+export declare class PartitionedClient {
+  constructor(options: { partitions: string[]; spreadWaitSlice?: number; poolSize?: number });
+  end(): Promise<void>;
+  partitionOf(key: string): number;
+  spreadPartitions(queue: string): Promise<number[] | null>;
+  enqueue(queue: string, payload?: unknown,
+          options?: { groupKey?: string | null; runAt?: Date | string | null; priority?: number; dedupKey?: string | null }): Promise<string>;
+  claimNext(queue: string, n?: number, options?: { lease?: string | null; wait?: number }): Promise<Array<Record<string, unknown>>>;
+  complete(token: number | string | bigint, result?: unknown): Promise<number>;
+  completeMany(tokens: Array<number | string | bigint>, skipStale?: boolean): Promise<number>;
+  fail(token: number | string | bigint, error?: string | null, retryIn?: string | null): Promise<number>;
+  release(token: number | string | bigint): Promise<number>;
+}

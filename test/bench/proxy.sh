@@ -187,10 +187,10 @@ fill() {
     local k q n
     for q in $(seq 0 15); do
         k=${HOME[$q]}
-        if [[ $q == 0 ]]; then n=$((DUR * 16000)); else n=$((DUR * 1500)); fi
+        if [[ $q == 0 ]]; then n=$((DUR * 30000)); else n=$((DUR * 1500)); fi
         sql "$k" -c "SELECT count(*) FROM claim.enqueue_many('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
     done
-    sql $F -c "SELECT count(*) FROM claim.enqueue_many('hot', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $((DUR * 8000)))))" >/dev/null
+    sql $F -c "SELECT count(*) FROM claim.enqueue_many('hot', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $((DUR * 12000)))))" >/dev/null
     for k in 0 1 2 3; do sql "$k" -c "VACUUM ANALYZE" >/dev/null; done
 }
 DSNS=()
