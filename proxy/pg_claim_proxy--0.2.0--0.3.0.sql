@@ -687,27 +687,23 @@ SELECT s.queue, sum(s.ready)::bigint AS ready, sum(s.scheduled)::bigint AS sched
 FROM claim.partition_queue_stats() s
 GROUP BY s.queue;
 
+-- metrics(): one row per queue, a spread queue's figures summed (the same
+-- columns as the partitions' metrics()).
 ALTER FUNCTION claim.metrics() RENAME TO partition_metrics;
-CREATE FUNCTION claim.metrics(OUT queue text,
-                              OUT enqueued bigint, OUT claimed bigint, OUT completed bigint,
-                              OUT failed bigint, OUT dead bigint, OUT expired bigint,
-                              OUT cancelled bigint,
-                              OUT ready bigint, OUT scheduled bigint, OUT in_flight bigint,
-                              OUT dead_items bigint, OUT waiting bigint,
-                              OUT oldest_ready_age interval, OUT paused boolean,
-                              OUT waiters integer)
-RETURNS SETOF record
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-SELECT m.queue, sum(m.enqueued)::bigint, sum(m.claimed)::bigint, sum(m.completed)::bigint,
-       sum(m.failed)::bigint, sum(m.dead)::bigint, sum(m.expired)::bigint,
-       sum(m.cancelled)::bigint, sum(m.ready)::bigint, sum(m.scheduled)::bigint,
-       sum(m.in_flight)::bigint, sum(m.dead_items)::bigint, sum(m.waiting)::bigint,
-       max(m.oldest_ready_age), bool_or(m.paused), sum(m.waiters)::integer
-FROM claim.partition_metrics() m
-GROUP BY m.queue
-$$;
+DO $gen$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'CREATE FUNCTION claim.metrics(%s) RETURNS SETOF record LANGUAGE sql VOLATILE'
+        ' SET search_path = pg_catalog, pg_temp AS $b$'
+        ' SELECT m.queue, sum(m.enqueued)::bigint, sum(m.claimed)::bigint, sum(m.completed)::bigint,'
+        ' sum(m.failed)::bigint, sum(m.dead)::bigint, sum(m.expired)::bigint,'
+        ' sum(m.cancelled)::bigint, sum(m.ready)::bigint, sum(m.scheduled)::bigint,'
+        ' sum(m.in_flight)::bigint, sum(m.dead_items)::bigint, sum(m.waiting)::bigint,'
+        ' max(m.oldest_ready_age), bool_or(m.paused), sum(m.waiters)::integer'
+        ' FROM claim.partition_metrics() m GROUP BY m.queue $b$',
+        pg_catalog.pg_get_function_arguments('claim.partition_metrics()'::pg_catalog.regprocedure));
+END
+$gen$;
 
 -- ------------------------------------------------------------- privileges
 
