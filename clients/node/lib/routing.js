@@ -80,7 +80,7 @@ class PartitionedClient {
     }
   }
 
-  /** The partitions of a spread queue, null for a queue on one partition. */
+  /** The partitions of a spread queue, null for a queue on one partition (looked up once per client). */
   async spreadPartitions(queue) {
     if (!this._spread.has(queue)) {
       const have = [];
@@ -91,8 +91,7 @@ class PartitionedClient {
           if (!(err instanceof PartitionUnreachableError) || k === this.partitionOf(queue)) throw err;
         }
       }
-      if (have.length <= 1) return null;
-      this._spread.set(queue, have);
+      this._spread.set(queue, have.length > 1 ? have : null);
     }
     return this._spread.get(queue);
   }

@@ -77,7 +77,7 @@ class PartitionedClient:
         self.dsns = list(partitions)
         self.slice = spread_wait_slice
         self._conns: Dict[int, psycopg.Connection[Any]] = {}
-        self._spread: Dict[str, List[int]] = {}
+        self._spread: Dict[str, Optional[List[int]]] = {}
 
     # ------------------------------------------------------------ plumbing
     def close(self) -> None:
@@ -122,7 +122,8 @@ class PartitionedClient:
 
     def spread_partitions(self, queue: str) -> Optional[List[int]]:
         """The partitions of a spread queue, None for a queue on one
-        partition (looked up once, on every partition that can be reached)."""
+        partition (looked up once per client, on every partition that can be
+        reached; a client made before a queue is spread routes it as before)."""
         if queue not in self._spread:
             have = []
             for k in range(len(self.dsns)):
@@ -133,9 +134,7 @@ class PartitionedClient:
                     if k != self.partition_of(queue):
                         continue
                     raise
-            if len(have) <= 1:
-                return None
-            self._spread[queue] = have
+            self._spread[queue] = have if len(have) > 1 else None
         return self._spread[queue]
 
     # ---------------------------------------------------------------- queues
