@@ -1,5 +1,7 @@
-// The insides of src/pg/direct.cpp shared with direct_read.cpp: the
-// resolved catalog of the extension's tables and the relations of one call.
+// The insides of direct access (direct.hpp) shared by direct.cpp,
+// direct_read.cpp and direct_batch.cpp: the resolved catalog of the
+// extension's tables (loaded by direct.cpp), the relations of one call, and
+// the row helpers (direct_tables.cpp).
 #pragma once
 
 #include "pg/direct.hpp"
@@ -40,6 +42,10 @@ struct Tables {
 inline Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) {
     return slot_getattr(slot, a, isnull);
 }
+
+// An empty row in `slot` (every attribute NULL), and one attribute of it.
+void clear_slot(TupleTableSlot *slot);
+void set_att(TupleTableSlot *slot, AttrNumber a, Datum v, bool isnull);
 
 // One equality probe of an int8 key (first index column) returning the
 // first visible row into `slot`.
