@@ -248,22 +248,8 @@ if want 4; then
     per_client=$(( (POLL_JOBS + POLL_CLIENTS - 1) / POLL_CLIENTS ))
     fill_claim poll $(( per_client * POLL_CLIENTS ))
     settle
-    PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$OUT/logs/poll_pinner.log" 2>&1 <<EOF &
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT count(*) FROM ref;
-SELECT pg_sleep(3600);
-COMMIT;
-EOF
-    PINNER_PID=$!
-    BENCH_PIDS=("$PINNER_PID")
-    xmin=
-    for _ in $(seq 1 100); do
-        xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
-        [[ -n $xmin ]] && break
-        sleep 0.1
-    done
-    [[ -n $xmin ]] || die "the pinner session did not take a snapshot"
-    log "  pinner holds xmin $xmin; working $POLL_JOBS jobs ($POLL_CLIENTS clients)"
+    pin_start 3600 "$OUT/logs/poll_pinner.log"
+    log "  pinner holds xmin $PIN_XMIN; working $POLL_JOBS jobs ($POLL_CLIENTS clients)"
     t0=$(now_s)
     "$PGBIN/pgbench" -n -M prepared -c "$POLL_CLIENTS" -j "$THREADS" -t "$per_client" \
         -f "$S/poll_work.sql" >"$OUT/logs/poll_work.log" 2>&1 || true
@@ -274,9 +260,7 @@ EOF
     run_pgbench poll_pinned "$POLL_CLIENTS" "$DUR" "$S/poll.sql"
     R[poll_pinned]=$TPS
     [[ $ABORTED == 1 ]] && R[poll_pinned_invalid]=1
-    sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
-    wait "$PINNER_PID" 2>/dev/null || true
-    BENCH_PIDS=()
+    pin_stop
     sql -c "VACUUM ANALYZE" >/dev/null
     settle
     run_pgbench poll_clean "$POLL_CLIENTS" "$DUR" "$S/poll.sql"

@@ -38,23 +38,10 @@ ITEMS=1000000
 NGROUPS=100000
 BULK_ROWS=100000
 PORT=5497
-RUN_USER=pgclaim
-. "$HERE/../pg-major.sh" || true   # PG_MAJOR, PG_CONFIG (the caller's, else the picked major's)
-[[ -x $PG_CONFIG ]] || PG_CONFIG=pg_config
-PGBIN=$("$PG_CONFIG" --bindir)
-
-log() { printf '[groups-bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-[[ -f "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" ]] || die "pg_claim is not installed (make && make install)"
-if [[ $(id -u) == 0 ]]; then
-    id "$RUN_USER" >/dev/null 2>&1 || die "OS user $RUN_USER missing (run test/setup.sh)"
-    AS=(runuser -u "$RUN_USER" --)
-    DBUSER=$RUN_USER
-else
-    AS=()
-    DBUSER=$(id -un)
-fi
+# shellcheck source-path=SCRIPTDIR
+source "$HERE/lib.sh"   # log, die, and bench_init: pg_config, the binaries, the OS user
+bench_init groups-bench
+ext_installed || die "pg_claim is not installed (make && make install)"
 
 WORK=$(mktemp -d /tmp/pg_claim-groups-bench.XXXXXX)
 chmod 755 "$WORK"

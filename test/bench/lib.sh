@@ -9,7 +9,8 @@
 #   bench_scripts              writes the shared pgbench scripts into $S (see below)
 #   bench_setup                all three for a windowed bench, with $OUT emptied (see below)
 #
-# Then: sql, settle, run_pgbench, fill_baseline, fill_claim, series_mean, fdiv, fmt, ratio.
+# Then: sql, settle, run_pgbench, fill_baseline, fill_claim, series_mean, fdiv, fmt, ratio,
+# pin_start / pin_stop (a snapshot held open).
 # As root the server runs as the unprivileged OS user `pgclaim`; clients run as the caller and
 # connect through the private socket (PGHOST/PGPORT/PGUSER/PGDATABASE are exported).
 
@@ -92,6 +93,35 @@ bench_setup() {
         bench_cluster "$(free_port)"
     fi
     bench_scripts
+}
+
+# pin_start SECONDS LOG: a session (application_name bench_pinner) that holds a REPEATABLE READ
+# snapshot (read from table ref) for SECONDS, its output in LOG; returns once its xmin shows
+# (PIN_XMIN). pin_stop ends it.
+pin_start() {
+    local secs=$1 out=$2 _
+    PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$out" 2>&1 <<EOF &
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) FROM ref;
+SELECT pg_sleep($secs);
+COMMIT;
+EOF
+    PINNER_PID=$!
+    BENCH_PIDS=("$PINNER_PID")
+    PIN_XMIN=
+    for _ in $(seq 1 100); do
+        PIN_XMIN=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
+        [[ -n $PIN_XMIN ]] && break
+        sleep 0.1
+    done
+    [[ -n $PIN_XMIN ]] || die "the pinner session did not take a snapshot"
+}
+
+pin_stop() {
+    sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
+    wait "$PINNER_PID" 2>/dev/null || true
+    PINNER_PID=
+    BENCH_PIDS=()
 }
 
 # bench_cluster PORT [EXTRA_CONF] [PRELOAD]   (PRELOAD: shared_preload_libraries, default pg_claim;

@@ -92,30 +92,6 @@ if want 2; then
 fi
 
 # --------------------------------------------------------------------------- 3. pinned xmin
-PINNER=
-pin_start() {
-    local _ xmin=
-    PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$OUT/logs/pinner.log" 2>&1 <<EOF &
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT count(*) FROM ref;
-SELECT pg_sleep($PIN_DUR + 120);
-COMMIT;
-EOF
-    PINNER=$!
-    BENCH_PIDS=("$PINNER")
-    for _ in $(seq 1 100); do
-        xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
-        [[ -n $xmin ]] && break
-        sleep 0.1
-    done
-    [[ -n $xmin ]] || die "pinner session did not take a snapshot"
-    log "  pinner holds xmin $xmin (REPEATABLE READ, pg_sleep)"
-}
-pin_stop() {
-    sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
-    wait "$PINNER" 2>/dev/null || true
-    BENCH_PIDS=()
-}
 # n_live_tup/n_dead_tup/n_tup_del of claim.items and the history slots
 dead_tuples() {
     sql -F ' ' -c "SELECT relname, n_live_tup, n_dead_tup, n_tup_del, n_tup_ins FROM pg_stat_user_tables
@@ -128,7 +104,8 @@ if want 3; then
     fill_claim bench "$(backlog "$PIN_DUR" "${R[keep0]:-}" "${R[keep1h]:-}")" "retain => '1 hour'"
     settle
     sql -c "SELECT pg_stat_reset()" >/dev/null
-    pin_start
+    pin_start $((PIN_DUR + 120)) "$OUT/logs/pinner.log"
+    log "  pinner holds xmin $PIN_XMIN (REPEATABLE READ, pg_sleep)"
     run_pgbench pinned "$CLIENTS" "$PIN_DUR" "$S/claim_one.sql"
     [[ $ABORTED == 1 ]] && R[pinned_invalid]=1
     R[pinned]=$(series_mean "$OUT/series/pinned.dat" $((PIN_DUR - PIN_TAIL)) "$PIN_DUR")

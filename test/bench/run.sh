@@ -204,30 +204,14 @@ fi
 # sleeps; its xmin stays pinned for the whole run. The figure is the mean tps of the last
 # $PIN_TAIL seconds, compared with the clean run of workload 1.
 pinned_run() {
-    local side=$1 name=$2 script=$3 filln=$4 xmin i
+    local side=$1 name=$2 script=$3 filln=$4
     if [[ $side == claim ]]; then fill_claim bench "$filln"; else fill_baseline "$filln"; fi
     R[fill_${name}]=$FILL_SECS
     settle
-    PGAPPNAME=bench_pinner "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 >"$OUT/logs/${name}_pinner.log" 2>&1 <<EOF &
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT count(*) FROM ref;
-SELECT pg_sleep($PIN_DUR + 30);
-COMMIT;
-EOF
-    PINNER_PID=$!
-    BENCH_PIDS=("$PINNER_PID")
-    xmin=
-    for i in $(seq 1 100); do
-        xmin=$(sql -c "SELECT backend_xmin FROM pg_stat_activity WHERE application_name = 'bench_pinner' AND backend_xmin IS NOT NULL")
-        [[ -n $xmin ]] && break
-        sleep 0.1
-    done
-    [[ -n $xmin ]] || die "pinner session did not take a snapshot"
-    log "  pinner holds xmin $xmin (REPEATABLE READ, pg_sleep)"
+    pin_start $((PIN_DUR + 30)) "$OUT/logs/${name}_pinner.log"
+    log "  pinner holds xmin $PIN_XMIN (REPEATABLE READ, pg_sleep)"
     run_pgbench "$name" "$CLIENTS" "$PIN_DUR" "$script"
-    sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_pinner'" >/dev/null
-    wait "$PINNER_PID" 2>/dev/null || true
-    PINNER_PID=
+    pin_stop
     BENCH_PIDS=()
     R[$name]=$(series_mean "$OUT/series/$name.dat" $((PIN_DUR - PIN_TAIL)) "$PIN_DUR")
     R[${name}_first]=$(series_mean "$OUT/series/$name.dat" 0 "$PIN_TAIL")
