@@ -109,7 +109,7 @@ void _PG_init(void) {
     // The GUCs exist in every session (SHOW works with or without the
     // preload); shared memory, hooks and the launcher only come with
     // shared_preload_libraries. Without the preload everything works
-    // lazily and waits fall back to short naps (src/shmem/wakeup.cpp).
+    // lazily and waits fall back to short naps (src/shmem/poll.cpp).
     define_gucs();
     if (process_shared_preload_libraries_in_progress) define_shmem_gucs();
     MarkGUCPrefixReserved("pg_claim");

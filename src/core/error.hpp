@@ -12,7 +12,7 @@
 //   src/module.cpp  _PG_init and the GUCs, the only file that knows every
 //           layer.
 //
-// The error type of the pure layer. It carries a SQLSTATE so that the server
+// Header-only. The error type of the pure layer. It carries a SQLSTATE so that the server
 // boundary (pg::call_core and PGCLAIM_FUNCTION in src/pg/pg.hpp) re-raises it with the right code.
 #pragma once
 

@@ -1,6 +1,7 @@
 // Pure layer: never includes postgres.h.
 //
 // A backend's cache of queue definitions for the hot path (claim_next).
+// Header-only.
 // An entry is right until its queue is altered, paused, resumed or dropped.
 // `epoch` counts the changes cluster-wide (alter_queue, pause, resume; 0
 // when there is no such count): an entry made under another epoch is not

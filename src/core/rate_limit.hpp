@@ -1,4 +1,4 @@
-// Pure layer: never includes postgres.h.
+// Pure layer: never includes postgres.h. Header-only (inline functions).
 //
 // Rate limits of queues (claim.create_queue(rate, rate_per)) as a generic
 // cell rate algorithm: one timestamp per limited key, the "theoretical

@@ -2,6 +2,7 @@
 // the server layer uses, each behind one small named helper, so that the
 // callers (src/pg, and through it src/api) read the same on every supported
 // major (15, 17, 18).
+// Header-only (inline functions).
 #pragma once
 
 #include "pg/pg.hpp"

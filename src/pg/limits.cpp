@@ -16,7 +16,8 @@ namespace pgclaim::pg {
 
 namespace {
 
-// A lock space of its own, next to the item and lease spaces of pg.cpp.
+// A lock space of its own, next to the item and lease spaces of
+// pg/xact_locks.hpp.
 constexpr uint16 kLockQueueClaims = 0x5051;
 
 Stmt s_live = {

@@ -30,7 +30,7 @@ enum class LockSpace : uint16 { Item = 0x5043, LeaseSlot = 0x5046 };
 
 extern int guc_max_xact_locks;
 
-// Shared memory (called by shmem/setup.cpp from the preload's hooks).
+// Shared memory (called by shmem/shared.cpp from the preload's hooks).
 Size xact_locks_shmem_size();
 void xact_locks_shmem_request();
 void xact_locks_shmem_init();

@@ -1,5 +1,6 @@
 // PostgreSQL major-version differences of the shared-memory and process APIs
 // that src/shmem uses, each behind one small named helper.
+// Header-only (inline functions).
 #pragma once
 
 #include "pg/pg.hpp"
