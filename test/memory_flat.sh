@@ -48,13 +48,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 
+HARNESS_LOG_TAIL=1
+harness memory_flat
 CALLS="${1:-${MEMFLAT_CALLS:-100000}}"
 WAIT_CALLS="${MEMFLAT_WAIT_CALLS:-3000}"
 WARM="${MEMFLAT_WARM:-2000}"
 WORKER_ROUNDS="${MEMFLAT_WORKER_ROUNDS:-500}"
 LIMIT="${MEMFLAT_LIMIT:-1048576}"
-HARNESS_LOG_TAIL=1
-harness memory_flat
 
 cluster_init memflat <<'EOF'
 max_locks_per_transaction = 256

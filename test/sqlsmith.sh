@@ -41,12 +41,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 
+harness sqlsmith
+need_packages sqlsmith || exit 1
 SECS="${1:-${SQLSMITH_SECONDS:-60}}"
 FOCUS_SECS="${SQLSMITH_FOCUS_SECONDS:-30}"
 SEED="${SQLSMITH_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 OUTDIR="${SQLSMITH_OUT:-/tmp/pg_claim-sqlsmith-out}"
-harness sqlsmith
-need_packages sqlsmith || exit 1
 mkdir -p "$OUTDIR"
 rm -f "$OUTDIR"/crash-*.sql "$OUTDIR"/sqlsmith-*.log
 

@@ -44,12 +44,9 @@
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init core-bench
-
-OUT=${BENCH_OUT:-$HERE/out/core}
+bench_init core-bench core   # ROOT, OUT
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then d_dur=5 d_backlog=200000 d_windows=1; else d_dur=15 d_backlog=1000000 d_windows=2; fi
 DUR=${BENCH_DURATION:-$d_dur}

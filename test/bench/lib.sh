@@ -2,7 +2,8 @@
 # Shared bash for the pg_claim benches (sourced, not run).
 #
 #   source "$HERE/lib.sh"
-#   bench_init NAME            log prefix; finds pg_config, the binaries, the OS user for the server
+#   bench_init NAME [OUT]      log prefix; finds pg_config, the binaries, the OS user for the server;
+#                              ROOT (the checkout), and with OUT: OUT=${BENCH_OUT:-test/bench/out/OUT}
 #   bench_cluster PORT CONF    throwaway cluster (own unix socket, no TCP), database `bench`,
 #                              CREATE EXTENSION pg_claim; CONF: extra postgresql.conf lines.
 #                              Stopped and removed at exit (BENCH_KEEP=1 keeps the directory).
@@ -28,6 +29,8 @@ verdict() {
 
 bench_init() {
     BENCH_NAME=$1
+    ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    [[ -z ${2:-} ]] || OUT=${BENCH_OUT:-$ROOT/test/bench/out/$2}
     RUN_USER=${RUN_USER:-pgclaim}
     # PG_MAJOR / PG_CONFIG from the caller, else the major test/pg-major.sh picks
     . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh" || die "no PostgreSQL found (run test/setup.sh)"

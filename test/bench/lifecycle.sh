@@ -31,12 +31,9 @@
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init lifecycle-bench
-
-OUT=${BENCH_OUT:-$HERE/out/lifecycle}
+bench_init lifecycle-bench lifecycle   # ROOT, OUT
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then d_dur=5 d_pin=20 d_tail=5; else d_dur=15 d_pin=60 d_tail=15; fi
 DUR=${BENCH_DURATION:-$d_dur}

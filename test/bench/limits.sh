@@ -21,12 +21,9 @@
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init limits-bench
-
-OUT=${BENCH_OUT:-$HERE/out/limits}
+bench_init limits-bench limits   # ROOT, OUT
 if [[ ${QUICK:-0} == 1 ]]; then DUR=${BENCH_DURATION:-5}; else DUR=${BENCH_DURATION:-15}; fi
 CLIENTS=${CLIENTS:-16}
 THREADS=${THREADS:-2}
