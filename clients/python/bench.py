@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,22 +43,16 @@ def drop(dsn: str, queue: str) -> None:
         c.drop_queue(queue)
 
 
-def hand_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
-    """The loop every user writes by hand: claim one, (no-op), complete it."""
+def in_threads(dsn: str, threads: int, prepare: bool,
+               loop: Callable[["psycopg.Connection[Any]"], int]) -> int:
+    """Runs ``loop(conn)`` in ``threads`` threads, each on a connection of its
+    own; the jobs they did, summed."""
     counts: List[int] = [0] * threads
 
     def run(i: int) -> None:
         with psycopg.connect(dsn, autocommit=True,
                              prepare_threshold=5 if prepare else None) as conn:
-            n = 0
-            while True:
-                row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s)",
-                                   (queue,)).fetchone()
-                if row is None:
-                    break
-                conn.execute("SELECT claim.complete(%s::bigint)", (row[1],))
-                n += 1
-            counts[i] = n
+            counts[i] = loop(conn)
 
     ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for t in ts:
@@ -66,33 +60,38 @@ def hand_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
     for t in ts:
         t.join()
     return sum(counts)
+
+
+def hand_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
+    """The loop every user writes by hand: claim one, (no-op), complete it."""
+    def loop(conn: "psycopg.Connection[Any]") -> int:
+        n = 0
+        while True:
+            row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s)",
+                               (queue,)).fetchone()
+            if row is None:
+                return n
+            conn.execute("SELECT claim.complete(%s::bigint)", (row[1],))
+            n += 1
+
+    return in_threads(dsn, threads, prepare, loop)
 
 
 def done_loop(dsn: str, queue: str, threads: int, prepare: bool) -> int:
     """The hand-written one-round-trip loop: each claim completes the
     previous job (claim_next(done => ...)), as the worker does."""
-    counts: List[int] = [0] * threads
+    def loop(conn: "psycopg.Connection[Any]") -> int:
+        n = 0
+        done: Optional[List[int]] = None
+        while True:
+            row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s, "
+                               "done => %s::bigint[])", (queue, done)).fetchone()
+            if row is None:
+                return n
+            done = [row[1]]
+            n += 1
 
-    def run(i: int) -> None:
-        with psycopg.connect(dsn, autocommit=True,
-                             prepare_threshold=5 if prepare else None) as conn:
-            n = 0
-            done: Optional[List[int]] = None
-            while True:
-                row = conn.execute("SELECT id, token, payload FROM claim.claim_next(%s, "
-                                   "done => %s::bigint[])", (queue, done)).fetchone()
-                if row is None:
-                    break
-                done = [row[1]]
-                n += 1
-            counts[i] = n
-
-    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return sum(counts)
+    return in_threads(dsn, threads, prepare, loop)
 
 
 def worker_run(dsn: str, queue: str, threads: int, prepare: bool) -> int:
