@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -15,6 +16,18 @@ from conftest import scalar, spawn_worker, wait_until
 def queue_left(conn: "psycopg.Connection[Any]", queue: str) -> int:
     return scalar(conn, "SELECT ready + scheduled + claimed + dead FROM claim.queue_stats "
                         "WHERE queue = %s", (queue,))
+
+
+def sigterm(proc: "subprocess.Popen[str]", grace: float, slack: float) -> str:
+    """SIGTERM to a worker process: it exits 0 within ``grace`` + ``slack``
+    seconds. Its output."""
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=grace + 10)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, out
+    assert elapsed < grace + slack, f"took {elapsed:.1f} s to stop, grace {grace} s\n{out}"
+    return out
 
 
 def test_10k_jobs_two_processes_exactly_once(dsn: str, conn: "psycopg.Connection[Any]",
@@ -87,12 +100,7 @@ def test_sigterm_finishes_in_flight_within_grace(dsn: str, conn: "psycopg.Connec
                         transactional=True)
     wait_until(lambda: scalar(conn, f"SELECT count(*) FROM {queue}_done") >= 12, 30,
                "some jobs done")
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=grace + 10)
-    elapsed = time.monotonic() - t0
-    assert proc.returncode == 0, out
-    assert elapsed < grace + 2.0, f"took {elapsed:.1f} s to stop, grace {grace} s\n{out}"
+    out = sigterm(proc, grace, 2.0)
     # Nothing still claimed, nothing lost: done + still queued = all, and no
     # attempt was used up by the stop (handlers in flight finished).
     assert scalar(conn, "SELECT count(*) FROM claim.claimed_items WHERE queue = %s",
@@ -124,12 +132,7 @@ def test_sigterm_releases_what_outlives_grace(dsn: str, conn: "psycopg.Connectio
                         transactional=transactional)
     wait_until(lambda: scalar(conn, "SELECT count(*) FROM claim.claimed_items WHERE queue = %s "
                                     "AND live", (queue,)) == 2, 20, "both items claimed")
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=grace + 10)
-    elapsed = time.monotonic() - t0
-    assert proc.returncode == 0, out
-    assert elapsed < grace + 4.0, f"took {elapsed:.1f} s to stop, grace {grace} s\n{out}"
+    out = sigterm(proc, grace, 4.0)
     assert "released=2" in out, out
     # Released, not expired: ready again at once, and a release does not use
     # up an attempt.

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -167,32 +167,42 @@ def test_transactional_lease_lost_leaves_no_writes(dsn: str, conn: "psycopg.Conn
     assert conn.execute(f"SELECT id, attempt FROM {queue}_done").fetchall() == [(item, 2)]
 
 
+def run_fenced_late(dsn: str, queue: str, before: Any,
+                    **kwargs: Any) -> "Tuple[List[int], pg_claim.WorkerStats]":
+    """One job of a transactional worker whose handler records its call and
+    writes a row; ``before(job)`` runs between the claim and the handler's
+    transaction. The calls and the worker's stats."""
+    calls: List[int] = []
+
+    def handler(job: pg_claim.Job) -> None:
+        calls.append(job.id)
+        assert job.conn is not None
+        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
+                         (job.id, job.token, job.attempt))
+
+    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2, max_jobs=1,
+                             **kwargs)
+    orig = worker._process_tx
+
+    def late(slot: Any, job: pg_claim.Job) -> None:
+        before(job)
+        orig(slot, job)
+
+    worker._process_tx = late  # type: ignore[assignment]
+    return calls, worker.run()
+
+
 def test_transactional_reclaimed_by_other_worker(dsn: str, conn: "psycopg.Connection[Any]",
                                                  client: pg_claim.Client, queue: str) -> None:
     """The lease runs out before the handler's transaction starts; another
     worker has re-claimed the item: assert_token refuses, nothing is written."""
     client.enqueue(queue, {})
-    other = connect(dsn)
-    calls: List[int] = []
+    with connect(dsn) as other:
+        def reclaim(job: pg_claim.Job) -> None:
+            time.sleep(0.8)
+            other.execute("SELECT claim.claim_next(%s)", (queue,))
 
-    def handler(job: pg_claim.Job) -> None:
-        calls.append(job.attempt)
-        assert job.conn is not None
-        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
-                         (job.id, job.token, job.attempt))
-
-    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, lease=0.5, wait=0.2,
-                             max_jobs=1)
-    orig = worker._process_tx
-
-    def delayed(slot: Any, job: pg_claim.Job) -> None:
-        time.sleep(0.8)
-        other.execute("SELECT claim.claim_next(%s)", (queue,))
-        orig(slot, job)
-
-    worker._process_tx = delayed  # type: ignore[assignment]
-    stats = worker.run()
-    other.close()
+        calls, stats = run_fenced_late(dsn, queue, reclaim, lease=0.5)
     assert calls == [] and stats.stale == 1
     assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
 
@@ -205,23 +215,10 @@ def test_transactional_cancelled_before_fence(dsn: str, conn: "psycopg.Connectio
     if not features.has("cancel"):
         pytest.skip("server has no claim.cancel")
     item = client.enqueue(queue, {})
-    calls: List[int] = []
-
-    def handler(job: pg_claim.Job) -> None:
-        calls.append(job.id)
-        assert job.conn is not None
-        job.conn.execute(f"INSERT INTO {queue}_done VALUES (%s, 'tx', %s, %s)",
-                         (job.id, job.token, job.attempt))
-
-    worker = pg_claim.Worker(dsn, queue, handler, transactional=True, wait=0.2, max_jobs=1)
-    orig = worker._process_tx
-
-    def cancel_first(slot: Any, job: pg_claim.Job) -> None:
+    def cancel(job: pg_claim.Job) -> None:
         assert client.cancel(queue, [job.id]) == 1
-        orig(slot, job)
 
-    worker._process_tx = cancel_first  # type: ignore[assignment]
-    stats = worker.run()
+    calls, stats = run_fenced_late(dsn, queue, cancel)
     assert calls == [] and (stats.stale, stats.completed) == (1, 0)
     assert scalar(conn, f"SELECT count(*) FROM {queue}_done") == 0
     st = client.item_state(queue, item)
