@@ -17,19 +17,17 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PgClaimNode;
 use Time::HiRes qw(usleep);
 
 # ------------------------------------------------------------ sharing slots
-my $node = PostgreSQL::Test::Cluster->new('slots');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-max_worker_processes = 4
+my $node = pgclaim_node('slots', qq{max_worker_processes = 4
 max_parallel_workers = 0
 max_parallel_workers_per_gather = 0
 max_locks_per_transaction = 256
 });
-$node->start;
 
 my @dbs = map { "d$_" } 1 .. 5;
 for my $db (@dbs)
@@ -86,27 +84,16 @@ is($node->safe_psql('postgres', q{
 $node->stop;
 
 # ------------------------------------------------------------ error handling
-my $en = PostgreSQL::Test::Cluster->new('errors');
-$en->init;
-$en->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pg_claim'
-max_worker_processes = 8
+my $en = pgclaim_node('errors', qq{max_worker_processes = 8
 max_locks_per_transaction = 256
 });
-$en->start;
 $en->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 
-sub worker_pid
-{
-	return $en->safe_psql('postgres',
-		q{SELECT coalesce(max(pid), 0) FROM pg_stat_activity
-		  WHERE backend_type = 'pg_claim worker' AND datname = 'postgres'});
-}
 ok($en->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM pg_stat_activity
 	  WHERE backend_type = 'pg_claim worker' AND datname = 'postgres'}),
 	'the worker runs');
-my $pid = worker_pid();
+my $pid = worker_pid($en, 'postgres');
 
 # A cancel of the worker is an error of one round, not the end of the worker.
 my $offset = -s $en->logfile;
@@ -119,7 +106,7 @@ my $id = $en->safe_psql('postgres', q{SELECT claim.enqueue('once')});
 $en->safe_psql('postgres', q{SELECT count(*) FROM claim.claim_next('once')});
 ok($en->poll_query_until('postgres', qq{SELECT state = 'd' FROM claim.items WHERE id = $id}),
 	'after the cancel the worker applies expiry');
-is(worker_pid(), $pid, '... with the same process');
+is(worker_pid($en, 'postgres'), $pid, '... with the same process');
 
 # A round that fails while a cause lasts: a trigger raises on the schedule
 # update that every round with a due schedule makes.
@@ -156,7 +143,7 @@ ok($en->poll_query_until('postgres',
 	q{SELECT count(*) > 0 FROM claim.items WHERE dedup_key LIKE 'schedule:tick:%'}),
 	'... and the schedule fires');
 $en->safe_psql('postgres', q{SELECT claim.unschedule('tick')});
-is(worker_pid(), $pid, 'the same worker process served the database throughout');
+is(worker_pid($en, 'postgres'), $pid, 'the same worker process served the database throughout');
 is($en->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity
 	WHERE backend_type = 'pg_claim worker' AND state = 'idle in transaction'}),
