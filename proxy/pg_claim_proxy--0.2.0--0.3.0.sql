@@ -119,7 +119,9 @@ $$;
 --   claim._part_<f>(part, args)  PL/Proxy: runs claim.<f>(args) on partition part;
 --   claim._on_<f>(part, args)    the same, with an unreachable partition as PC003;
 --   claim.<f>(args)              the API: routes (route), unless the function
---                                is written out below (route NULL).
+--                                is written out below (route NULL); routed by
+--                                token or key, it calls claim._part_<f> guarded
+--                                as claim._on_<f> does (one frame less).
 -- A queue function (route 'queue') routes by the queue's name, and for a
 -- spread queue runs on each of its partitions ('each'), or is refused
 -- ('refuse': item ids are per partition).
@@ -133,6 +135,7 @@ DECLARE
     is_set boolean;
     body text;
     call text;
+    guarded text;
 BEGIN
     -- The 0.2.0 functions routed to one partition go; those on all stay.
     FOR r IN
@@ -196,14 +199,17 @@ BEGIN
         body := CASE WHEN is_set THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
                      WHEN r.result = 'void' THEN 'PERFORM ' || call || ';'
                      ELSE 'RETURN ' || call || ';' END;
-        EXECUTE pg_catalog.format(
-            'CREATE FUNCTION claim.%s(part integer, %s) RETURNS %s LANGUAGE plpgsql'
-            ' SET search_path = pg_catalog, pg_temp AS $b$'
-            ' DECLARE m text; BEGIN %s'
+        -- the call on partition part, an unreachable partition as PC003
+        guarded := pg_catalog.format(
+            'BEGIN %s'
             ' EXCEPTION WHEN internal_error THEN'
             ' GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;'
-            ' PERFORM claim.raise_unreachable(%L, part, m); RAISE; END $b$',
-            '_on_' || r.name, plain, r.result, body, r.name);
+            ' PERFORM claim.raise_unreachable(%L, part, m); RAISE; END',
+            body, r.name);
+        EXECUTE pg_catalog.format(
+            'CREATE FUNCTION claim.%s(part integer, %s) RETURNS %s LANGUAGE plpgsql'
+            ' SET search_path = pg_catalog, pg_temp AS $b$ DECLARE m text; %s $b$',
+            '_on_' || r.name, plain, r.result, guarded);
         -- Queue administration is not for PUBLIC, at the front as on the
         -- partitions: a role granted claim.<f> is granted these two as well.
         IF r.name IN ('create_queue', 'alter_queue', 'drop_queue', 'pause', 'resume', 'redrive',
@@ -213,26 +219,33 @@ BEGIN
         END IF;
 
         CONTINUE WHEN r.route IS NULL;
+        IF r.route <> 'queue' THEN
+            -- routed by token or key: one plpgsql frame in front of PL/Proxy
+            EXECUTE pg_catalog.format(
+                'CREATE FUNCTION claim.%I(%s) RETURNS %s LANGUAGE plpgsql'
+                ' SET search_path = pg_catalog, pg_temp AS $b$'
+                ' DECLARE part integer := %s; m text; %s $b$',
+                r.name, r.args, r.result, r.route, guarded);
+            CONTINUE;
+        END IF;
         call := pg_catalog.format('claim.%s(%s, %s)', '_on_' || r.name,
-            CASE WHEN r.route = 'queue' THEN 'claim.route_hash(queue)' ELSE r.route END, names);
+            'claim.route_hash(queue)', names);
         body := CASE WHEN is_set THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
                      WHEN r.result = 'void' THEN 'PERFORM ' || call || ';'
                      ELSE 'RETURN ' || call || ';' END;
-        IF r.route = 'queue' THEN
-            body := pg_catalog.format(
-                'SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;'
-                ' IF parts IS NULL THEN %s %s END IF; %s', body,
-                CASE WHEN is_set OR r.result = 'void' THEN 'RETURN;' ELSE '' END,
-                CASE r.spread
-                WHEN 'each' THEN pg_catalog.format(
-                    'FOREACH k IN ARRAY parts LOOP PERFORM claim.%s(k, %s); END LOOP;',
-                    '_on_' || r.name, names)
-                ELSE pg_catalog.format(
-                    'RAISE EXCEPTION USING ERRCODE = ''0A000'','
-                    ' MESSAGE = pg_catalog.format(''claim.%s: queue "%%s" is spread over partitions, and item ids are per partition'', queue),'
-                    ' HINT = ''Call it on the partition of the item, or keep items you address by id in a queue that is not spread.'';',
-                    r.name) END);
-        END IF;
+        body := pg_catalog.format(
+            'SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;'
+            ' IF parts IS NULL THEN %s %s END IF; %s', body,
+            CASE WHEN is_set OR r.result = 'void' THEN 'RETURN;' ELSE '' END,
+            CASE r.spread
+            WHEN 'each' THEN pg_catalog.format(
+                'FOREACH k IN ARRAY parts LOOP PERFORM claim.%s(k, %s); END LOOP;',
+                '_on_' || r.name, names)
+            ELSE pg_catalog.format(
+                'RAISE EXCEPTION USING ERRCODE = ''0A000'','
+                ' MESSAGE = pg_catalog.format(''claim.%s: queue "%%s" is spread over partitions, and item ids are per partition'', queue),'
+                ' HINT = ''Call it on the partition of the item, or keep items you address by id in a queue that is not spread.'';',
+                r.name) END);
         EXECUTE pg_catalog.format(
             'CREATE FUNCTION claim.%I(%s) RETURNS %s LANGUAGE plpgsql'
             ' SET search_path = pg_catalog, pg_temp AS $b$'

@@ -13,63 +13,26 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 use Time::HiRes qw(usleep);
+use File::Basename qw(dirname);
+use lib dirname(__FILE__);
+use ProxyCluster qw(fnv1a start_proxy_cluster);
 
 my $P = 4;
 my $ITEMS = $ENV{PGCLAIM_PROXY_ITEMS} // 100000;
 
-# FNV-1a, 32 bits, over the bytes of the key: the routing hash the docs
-# define, computed here independently of the front's claim.route_hash.
-sub fnv1a
-{
-	my ($s) = @_;
-	my $h = 0x811c9dc5;
-	$h = (($h ^ $_) * 16777619) & 0xffffffff for unpack('C*', $s);
-	return $h;
-}
 sub part_of { return fnv1a($_[0]) & ($P - 1); }
 
 # ------------------------------------------------------------------ clusters
-my $front = PostgreSQL::Test::Cluster->new('front');
-$front->init;
-$front->append_conf('postgresql.conf', "max_connections = 40\n");
-$front->start;
-if ($front->safe_psql('postgres', q{SELECT count(*) FROM pg_available_extensions
-		WHERE name IN ('plproxy', 'pg_claim_proxy')}) != 2)
-{
-	$front->stop;
-	plan skip_all => 'PL/Proxy or pg_claim_proxy is not installed (test/setup.sh installs both)';
-}
-
-my @parts;
-for my $k (0 .. $P - 1)
-{
-	my $n = PostgreSQL::Test::Cluster->new("part$k");
-	$n->init;
-	$n->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'pg_claim'\nmax_connections = 40\n");
-	$n->start;
-	$n->safe_psql('postgres', qq{
-		CREATE EXTENSION pg_claim;
-		SELECT claim.set_partition($k);
-	});
-	push @parts, $n;
-}
-
-my $opts = join(', ',
-	map { sprintf("p%d 'host=%s port=%d dbname=postgres connect_timeout=2'",
-			$_, $parts[$_]->host, $parts[$_]->port) } 0 .. $P - 1);
-my $user = $front->safe_psql('postgres', 'SELECT current_user');
-$front->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_claim_proxy CASCADE;
-	CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($opts);
-	CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$user');
-	CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS \$\$
+my ($front, $partsref) = start_proxy_cluster($P) or plan skip_all => $ProxyCluster::SKIP;
+my @parts = @$partsref;
+$front->safe_psql('postgres', q{
+	CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
 	BEGIN
 		EXECUTE q;
 		RETURN 'ok';
 	EXCEPTION WHEN OTHERS THEN
 		RETURN SQLSTATE;
-	END \$\$;
+	END $$;
 });
 
 sub f { return $front->safe_psql('postgres', $_[0]); }

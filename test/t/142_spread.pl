@@ -17,6 +17,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use File::Basename qw(dirname);
 use File::Spec;
+use lib dirname(__FILE__);
+use ProxyCluster qw(fnv1a start_proxy_cluster);
 use IPC::Run;
 use Time::HiRes qw(usleep time);
 
@@ -24,56 +26,20 @@ my $root = File::Spec->rel2abs(dirname(__FILE__) . '/../..');
 my $P = 4;
 my $ITEMS = $ENV{PGCLAIM_SPREAD_ITEMS} // 100000;
 
-sub fnv1a
-{
-	my ($s) = @_;
-	my $h = 0x811c9dc5;
-	$h = (($h ^ $_) * 16777619) & 0xffffffff for unpack('C*', $s);
-	return $h;
-}
 sub part_of { return fnv1a($_[0]) & ($P - 1); }
 
 # ------------------------------------------------------------------ clusters
-my $front = PostgreSQL::Test::Cluster->new('front');
-$front->init;
-$front->append_conf('postgresql.conf', "max_connections = 40\n");
-$front->start;
-if ($front->safe_psql('postgres', q{SELECT count(*) FROM pg_available_extensions
-		WHERE name IN ('plproxy', 'pg_claim_proxy')}) != 2)
-{
-	$front->stop;
-	plan skip_all => 'PL/Proxy or pg_claim_proxy is not installed (test/setup.sh installs both)';
-}
-
-my @parts;
-for my $k (0 .. $P - 1)
-{
-	my $n = PostgreSQL::Test::Cluster->new("part$k");
-	$n->init;
-	$n->append_conf('postgresql.conf',
-		"shared_preload_libraries = 'pg_claim'\nmax_connections = 40\n");
-	$n->start;
-	$n->safe_psql('postgres', qq{
-		CREATE EXTENSION pg_claim;
-		SELECT claim.set_partition($k);
-	});
-	push @parts, $n;
-}
-my @dsn = map { sprintf('host=%s port=%d dbname=postgres connect_timeout=2',
-		$parts[$_]->host, $parts[$_]->port) } 0 .. $P - 1;
-my $opts = join(', ', map { "p$_ '$dsn[$_]'" } 0 .. $P - 1);
-my $user = $front->safe_psql('postgres', 'SELECT current_user');
-$front->safe_psql('postgres', qq{
-	CREATE EXTENSION pg_claim_proxy CASCADE;
-	CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($opts);
-	CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$user');
-	CREATE FUNCTION error_of(q text) RETURNS text LANGUAGE plpgsql AS \$\$
+my ($front, $partsref, $dsnref) = start_proxy_cluster($P) or plan skip_all => $ProxyCluster::SKIP;
+my @parts = @$partsref;
+my @dsn = @$dsnref;
+$front->safe_psql('postgres', q{
+	CREATE FUNCTION error_of(q text) RETURNS text LANGUAGE plpgsql AS $$
 	BEGIN
 		EXECUTE q;
 		RETURN 'ok';
 	EXCEPTION WHEN OTHERS THEN
 		RETURN SQLSTATE || ': ' || SQLERRM;
-	END \$\$;
+	END $$;
 });
 
 sub f { return $front->safe_psql('postgres', $_[0]); }
