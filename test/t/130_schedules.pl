@@ -88,17 +88,26 @@ sleep(1.5);
 my ($later_n) = split /\|/, items_of('every_second');
 is($later_n, $after_n, 'no item after unschedule');
 
+# crash_across(NAME, FIRST, LAST): the server stops (immediate) while the
+# schedule's tick FIRST is still ahead and starts again after its tick LAST;
+# the schedule fires after the restart.
+sub crash_across
+{
+	my ($name, $first, $last) = @_;
+	cmp_ok(time, '<', $first, "$name: the tick is still ahead when the server stops");
+	$node->stop('immediate');
+	sleep(0.1) while time < $last + 1.5;
+	$node->start;
+	is(poll_until(qq{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = '$name'}, 't'),
+		't', "$name: the missed tick fired after the restart");
+}
+
 # ---------------------------------------------------------------- crash across a tick
 # A tick 4 s ahead (then once a minute at that second).
 my $sec = (int(time) + 4) % 60;
 $node->safe_psql('postgres', qq{SELECT claim.schedule('crash', '$sec * * * * *', 'ticks')});
 my $tick = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'crash'});
-cmp_ok(time, '<', $tick, 'crash: the tick is still ahead when the server stops');
-$node->stop('immediate');
-sleep(0.1) while time < $tick + 1.5;
-$node->start;
-is(poll_until(q{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = 'crash'}, 't'),
-	't', 'crash: the missed tick fired after the restart');
+crash_across('crash', $tick, $tick);
 is(items_of('crash'), "1|1|$tick|$tick", 'crash: exactly one catch-up item, for the missed tick');
 is(epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'crash'}), $tick + 60,
 	'crash: next_run is the first tick after the restart');
@@ -115,12 +124,7 @@ $node->safe_psql('postgres', qq{SELECT claim.schedule('missed', '$s1,$s2 * * * *
 my $tick1 = epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'missed'});
 my $tick2 = epoch(qq{SELECT claim.cron_next('$s1,$s2 * * * * *', to_timestamp($tick1))});
 is($tick2, $tick1 + 2, 'missed: two ticks 2 s apart');
-cmp_ok(time, '<', $tick1, 'missed: the first tick is still ahead when the server stops');
-$node->stop('immediate');
-sleep(0.1) while time < $tick2 + 1.5;
-$node->start;
-is(poll_until(q{SELECT last_run IS NOT NULL FROM claim.schedules WHERE name = 'missed'}, 't'),
-	't', 'missed: fired after the restart');
+crash_across('missed', $tick1, $tick2);
 is(items_of('missed'), "1|1|$tick1|$tick1", 'missed: two missed ticks give one item');
 is(epoch(q{SELECT next_run FROM claim.schedules WHERE name = 'missed'}), $tick1 + 60,
 	'missed: next_run is the first tick after the restart');
