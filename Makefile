@@ -67,14 +67,14 @@ INSTALL_SED = -e '/^\\echo Use /d' \
               -e '/^-- Refuse to update into a schema "claim"/,/^-- replaced by them\.$$/d' \
               -e '/^DO \$$pg_claim_update_guard\$$$$/,/^\$$pg_claim_update_guard\$$;$$/d'
 
-sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql
+sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql Makefile
 	{ echo '-- pg_claim 0.2.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql'; \
 	  echo '-- and sql/pg_claim--0.1.0--0.2.0.sql (edit those, not this file).'; \
 	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_claim" to load this file. \quit'; \
 	  cat sql/install-guard.sql; \
 	  sed $(INSTALL_SED) sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql; } > $@
 
-sql/pg_claim--0.3.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql
+sql/pg_claim--0.3.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql Makefile
 	{ echo '-- pg_claim 0.3.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql,'; \
 	  echo '-- sql/pg_claim--0.1.0--0.2.0.sql and sql/pg_claim--0.2.0--0.3.0.sql (edit those, not this file).'; \
 	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_claim" to load this file. \quit'; \
