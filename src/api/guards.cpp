@@ -4,8 +4,10 @@
 //
 // Both live in logged tables and are transactional:
 //  * claim.once inserts the key into claim.once_keys. A concurrent caller
-//    with the same key waits on the unique index for the first caller's
-//    outcome: false if it committed, true (its own insert) if it rolled back.
+//    with the same key waits on the unique index for the transaction that
+//    holds the key: false if that one commits; if it rolls back, the waiters
+//    retry their inserts and the one PostgreSQL lets through first gets true,
+//    the others wait on it in turn.
 //    With a ttl an expired key is taken again.
 //  * the guard ledger claim.guards keeps one row per key: an attempt begins
 //    with a new token from claim.token_seq (so a later attempt always has a
