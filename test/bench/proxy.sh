@@ -12,7 +12,8 @@
 #   py direct     the Python client (psycopg) calling partition 0 itself, queue q0
 #   py routed     pg_claim.PartitionedClient routing the same calls to partition 0
 #                 (against "py direct": the cost of routing in the client; skipped
-#                 without python3 and psycopg)
+#                 without python3 and psycopg; py direct, routed, routed, direct,
+#                 each side the mean of its two windows)
 # Each figure is the median over BENCH_ROUNDS rounds; the ratios compare
 # windows of the same run. On one machine the four partitions share its
 # cores, so x4 shows the aggregate does not grow here; on separate servers
@@ -142,15 +143,16 @@ cat >"$S/client.py" <<'PYTHON'
 import sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import psycopg
+from psycopg.rows import dict_row
 from pg_claim.routing import PartitionedClient
 mode, dur, clients, dsns = sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 counts = [0] * clients
-def direct(i, stop):
-    with psycopg.connect(dsns[0], autocommit=True) as c:
+def direct(i, stop):  # the same statements and rows as the client's, on partition 0
+    with psycopg.connect(dsns[0], autocommit=True, row_factory=dict_row) as c:
         while time.monotonic() < stop:
-            r = c.execute("SELECT token FROM claim.claim_next(%s, %s, %s::interval, %s::interval)", ["q0", 1, None, "0"]).fetchall()
+            r = c.execute("SELECT * FROM claim.claim_next(%s, %s, %s::interval, %s::interval)", ["q0", 1, None, "0"]).fetchall()
             if r:
-                c.execute("SELECT claim.complete(%s, %s)", [r[0][0], None])
+                c.execute("SELECT claim.complete(%s, %s) AS n", [r[0]["token"], None]).fetchall()
                 counts[i] += 1
 def routed(i, stop):
     with PartitionedClient(dsns) as c:
@@ -187,7 +189,7 @@ fill() {
     local k q n
     for q in $(seq 0 15); do
         k=${HOME[$q]}
-        if [[ $q == 0 ]]; then n=$((DUR * 30000)); else n=$((DUR * 1500)); fi
+        if [[ $q == 0 ]]; then n=$((DUR * 36000)); else n=$((DUR * 1500)); fi
         sql "$k" -c "SELECT count(*) FROM claim.enqueue_many('q$q', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $n)))" >/dev/null
     done
     sql $F -c "SELECT count(*) FROM claim.enqueue_many('hot', ARRAY(SELECT '{}'::jsonb FROM generate_series(1, $((DUR * 12000)))))" >/dev/null
@@ -223,8 +225,14 @@ for r in $(seq 1 "$ROUNDS"); do
     d4=$(cat "$WORK"/d4-* | awk '{s += $1} END {print s}')
     f4=$(bench $F "$S/spread.sql" "$CLIENTS" "$OUT/front4-$r.log")
     fs=$(bench $F "$S/hot.sql" "$CLIENTS" "$OUT/frontspread-$r.log")
-    pd=$(client direct "$OUT/pydirect-$r.log")
-    pr=$(client routed "$OUT/pyrouted-$r.log")
+    # A B B A: the mean of two windows each, so that drift in the machine's
+    # load falls on both sides alike
+    pd1=$(client direct "$OUT/pydirect-$r-1.log")
+    pr1=$(client routed "$OUT/pyrouted-$r-1.log")
+    pr2=$(client routed "$OUT/pyrouted-$r-2.log")
+    pd2=$(client direct "$OUT/pydirect-$r-2.log")
+    pd=$(awk -v a="$pd1" -v b="$pd2" 'BEGIN {print (a + b) / 2}')
+    pr=$(awk -v a="$pr1" -v b="$pr2" 'BEGIN {print (a + b) / 2}')
     R[direct]+="$d "; R[front]+="$f "; R[direct4]+="$d4 "; R[front4]+="$f4 "
     R[fspread]+="$fs "; R[pydirect]+="$pd "; R[pyrouted]+="$pr "
     R[spread]+="$(awk -v a="$fs" -v b="$f" 'BEGIN {print a / b}') "

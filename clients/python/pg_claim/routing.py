@@ -106,10 +106,12 @@ class PartitionedClient:
         return c
 
     def _run(self, k: int, sql: str, params: Sequence[Any]) -> List[Dict[str, Any]]:
+        c = self._conns.get(k)
         try:
-            with self._conn(k).cursor() as cur:
-                cur.execute(sql, params)
-                return cur.fetchall() if cur.description else []
+            if c is None or c.broken or c.closed:
+                c = self._conn(k)
+            cur = c.execute(sql, params)
+            return cur.fetchall() if cur.description else []
         except PartitionUnreachable:
             raise
         except psycopg.OperationalError as e:
