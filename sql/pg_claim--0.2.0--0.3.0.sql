@@ -266,6 +266,169 @@ COMMENT ON FUNCTION claim.lock_table() IS
 -- Fair share between keys inside a queue (docs/fairness.md)
 -- ===========================================================================
 
+-- A fair queue hands its ready items out in proportion to the weights of
+-- their fair keys (stride scheduling in shared memory, docs/fairness.md).
+-- Its items enqueued without a fair_key share the default key (id 0).
+ALTER TABLE claim.queues ADD COLUMN fair boolean NOT NULL DEFAULT false;
+
+-- The fair keys of every queue: a small id per (queue, key) stored in the
+-- items, and the key's weight (set by claim.set_fair_weight).
+CREATE SEQUENCE claim.fair_key_seq AS integer MINVALUE 1 MAXVALUE 2147483647 NO CYCLE;
+CREATE TABLE claim.fair_keys (
+    queue_id  integer NOT NULL,
+    fair_key  text COLLATE "C" NOT NULL,
+    key_id    integer NOT NULL UNIQUE DEFAULT pg_catalog.nextval('claim.fair_key_seq'),
+    weight    integer NOT NULL DEFAULT 1,
+    PRIMARY KEY (queue_id, fair_key),
+    CONSTRAINT fair_keys_weight_check CHECK (weight OPERATOR(pg_catalog.>=) 1
+                                             AND weight OPERATOR(pg_catalog.<=) 10000)
+);
+ALTER SEQUENCE claim.fair_key_seq OWNED BY claim.fair_keys.key_id;
+REVOKE ALL ON claim.fair_keys, claim.fair_key_seq FROM PUBLIC;
+GRANT SELECT, INSERT ON claim.fair_keys TO claim_producer;
+GRANT USAGE ON SEQUENCE claim.fair_key_seq TO claim_producer;
+GRANT SELECT ON claim.fair_keys TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.fair_keys TO claim_admin;
+GRANT USAGE, SELECT, UPDATE ON SEQUENCE claim.fair_key_seq TO claim_admin;
+
+-- The item's fair key (NULL: none; 0: the default key of a fair queue).
+-- The claim walk of a fair queue reads one key's ready items in delivery
+-- order through items_fair; items without a key are not in it.
+ALTER TABLE claim.items ADD COLUMN fair_key_id integer;
+CREATE INDEX items_fair ON claim.items (queue_id, fair_key_id, ord, id)
+    WHERE state OPERATOR(pg_catalog.=) 'r' AND run_at IS NULL AND fair_key_id IS NOT NULL;
+
+-- create_queue and alter_queue take `fair`.
+DROP FUNCTION claim.create_queue(text, interval, integer, interval, interval,
+                                 integer, integer, integer, interval, boolean);
+CREATE FUNCTION claim.create_queue(queue text,
+                                   lease interval DEFAULT '30 seconds',
+                                   max_attempts integer DEFAULT 5,
+                                   backoff interval DEFAULT '1 second',
+                                   retain interval DEFAULT '0',
+                                   max_active integer DEFAULT NULL,
+                                   group_limit integer DEFAULT 1,
+                                   rate integer DEFAULT NULL,
+                                   rate_per interval DEFAULT '1 second',
+                                   rate_per_group boolean DEFAULT false,
+                                   fair boolean DEFAULT false)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_create_queue';
+REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval,
+                                               integer, integer, integer, interval, boolean,
+                                               boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval,
+                                              integer, integer, integer, interval, boolean,
+                                              boolean) TO claim_admin;
+
+DROP FUNCTION claim.alter_queue(text, interval, integer, interval, interval,
+                                integer, integer, integer, interval, boolean);
+CREATE FUNCTION claim.alter_queue(queue text,
+                                  lease interval DEFAULT NULL,
+                                  max_attempts integer DEFAULT NULL,
+                                  backoff interval DEFAULT NULL,
+                                  retain interval DEFAULT NULL,
+                                  max_active integer DEFAULT NULL,
+                                  group_limit integer DEFAULT NULL,
+                                  rate integer DEFAULT NULL,
+                                  rate_per interval DEFAULT NULL,
+                                  rate_per_group boolean DEFAULT NULL,
+                                  fair boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_alter_queue';
+REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval,
+                                              integer, integer, integer, interval, boolean,
+                                              boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval,
+                                             integer, integer, integer, interval, boolean,
+                                             boolean) TO claim_admin;
+
+-- enqueue and enqueue_many take `fair_key` (one key for a batch).
+DROP FUNCTION claim.enqueue(text, jsonb, text, timestamptz, integer, text, bigint[]);
+CREATE FUNCTION claim.enqueue(queue text,
+                              payload jsonb DEFAULT '{}',
+                              group_key text DEFAULT NULL,
+                              run_at timestamptz DEFAULT NULL,
+                              priority integer DEFAULT 0,
+                              dedup_key text DEFAULT NULL,
+                              after bigint[] DEFAULT NULL,
+                              fair_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue';
+GRANT EXECUTE ON FUNCTION claim.enqueue(text, jsonb, text, timestamptz, integer, text, bigint[], text)
+  TO claim_producer, claim_admin;
+
+DROP FUNCTION claim.enqueue_many(text, jsonb[], text[], timestamptz, integer, bigint[]);
+CREATE FUNCTION claim.enqueue_many(queue text,
+                                   payloads jsonb[],
+                                   group_keys text[] DEFAULT NULL,
+                                   run_at timestamptz DEFAULT NULL,
+                                   priority integer DEFAULT 0,
+                                   after bigint[] DEFAULT NULL,
+                                   fair_key text DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE ROWS 1000
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_enqueue_batch';
+GRANT EXECUTE ON FUNCTION claim.enqueue_many(text, jsonb[], text[], timestamptz, integer, bigint[], text)
+  TO claim_producer, claim_admin;
+
+-- claim.set_fair_weight(queue, fair_key, weight): the key's share of a fair
+-- queue relative to the other keys' (1 to 10000; a key without one has 1).
+CREATE FUNCTION claim.set_fair_weight(queue text, fair_key text, weight integer)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_set_fair_weight';
+REVOKE EXECUTE ON FUNCTION claim.set_fair_weight(text, text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.set_fair_weight(text, text, integer) TO claim_admin;
+
+-- What the scheduler holds in shared memory for this database: per queue
+-- and key, whether it is active, and how many claims it was handed in the
+-- last minute (in 10-second steps).
+CREATE FUNCTION claim._fair_state(OUT queue_id integer, OUT key_id integer, OUT active boolean,
+                                  OUT handed_last_minute bigint)
+RETURNS SETOF record
+LANGUAGE c VOLATILE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_fair_state';
+REVOKE EXECUTE ON FUNCTION claim._fair_state() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._fair_state() TO claim_producer, claim_worker, claim_admin, pg_monitor;
+
+-- queue_stats per fair key: ready and claimed items of every key of a
+-- fair queue (fair_key NULL: the default key), its weight, and the claims
+-- handed to it in the last minute.
+CREATE VIEW claim.fair_stats AS
+WITH k AS (
+    SELECT i.queue_id, i.fair_key_id,
+           count(*) FILTER (WHERE c.item_id IS NULL
+                              OR c.lease_until OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()) AS ready,
+           count(*) FILTER (WHERE c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS claimed
+      FROM claim.items i
+      LEFT JOIN claim._claim_times() c ON c.item_id OPERATOR(pg_catalog.=) i.id
+     WHERE i.fair_key_id IS NOT NULL AND i.state OPERATOR(pg_catalog.=) 'r' AND i.run_at IS NULL
+     GROUP BY i.queue_id, i.fair_key_id)
+SELECT q.name AS queue, f.fair_key, COALESCE(f.weight, 1) AS weight,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN COALESCE(k.ready, 0) END AS ready,
+       CASE WHEN NOT pg_catalog.pg_is_in_recovery() THEN COALESCE(k.claimed, 0) END AS claimed,
+       COALESCE(s.handed_last_minute, 0) AS handed_last_minute,
+       COALESCE(s.active, false) AS active
+FROM k
+FULL JOIN (SELECT * FROM claim._fair_state()) s
+       ON s.queue_id OPERATOR(pg_catalog.=) k.queue_id AND s.key_id OPERATOR(pg_catalog.=) k.fair_key_id
+JOIN claim.queues q ON q.queue_id OPERATOR(pg_catalog.=) COALESCE(k.queue_id, s.queue_id)
+LEFT JOIN claim.fair_keys f ON f.queue_id OPERATOR(pg_catalog.=) q.queue_id
+                           AND f.key_id OPERATOR(pg_catalog.=) COALESCE(k.fair_key_id, s.key_id);
+COMMENT ON VIEW claim.fair_stats IS
+    'Per queue and fair key: ready and claimed items, weight, claims handed out in the last minute (10-second steps) and whether the scheduler holds the key active. fair_key NULL: the default key of a fair queue. On a hot standby ready and claimed are NULL.';
+GRANT SELECT ON claim.fair_stats TO claim_producer, claim_worker, pg_monitor;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.fair_stats TO claim_admin;
+
 -- ===========================================================================
 -- Spread queues (docs/partitions.md)
 -- ===========================================================================
@@ -304,6 +467,8 @@ SELECT pg_catalog.pg_extension_config_dump('claim.finished_ring', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.schedule_defs', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.schedule_defs_schedule_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.once_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.fair_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.fair_key_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.guards', '');
 -- Tokens: the restored sequence continues above every token the dumped
 -- database had handed out when pg_dump read it.

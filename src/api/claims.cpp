@@ -15,6 +15,7 @@
 
 #include "api/arrays.hpp"
 #include "api/completion.hpp"
+#include "api/fair.hpp"
 #include "api/partition.hpp"
 #include "api/hints.hpp"
 #include "api/queue_lookup.hpp"
@@ -257,8 +258,14 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     // under its lock with a snapshot taken after the lock was granted.
     direct::Tables *t = direct::open(direct::Mode::Claim);
     Snapshot scan_snap = direct::latest();
+    // A fair queue is walked key by key in the scheduler's order (api/fair.hpp).
+    bool fair = api::fair_queue(q.queue_id);
+    api::FairSource *fsrc =
+        fair ? api::fair_source_begin(t, q.queue_id, n, scan_snap, now) : nullptr;
     direct::ReadyScan *scan =
-        direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true, scan_snap);
+        fair ? nullptr
+             : direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true,
+                                   scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
     // Scanning, probing and claiming write only WAL that needs no flush at
@@ -273,7 +280,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             Datum gk;
             bool group_null;
             ItemPointerData tid;
-            if (!direct::ready_next(scan, &id, &ord, &gk, &group_null, &tid)) {
+            if (!(fair ? api::fair_source_next(fsrc, &id, &ord, &gk, &group_null, &tid)
+                       : direct::ready_next(scan, &id, &ord, &gk, &group_null, &tid))) {
                 exhausted = true;
                 break;
             }
@@ -296,6 +304,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             cand_tid[ncand] = tid;
             cand_pos[ncand] = ScanPos{ord, id};
             cand[ncand++] = id;
+            if (fair) api::fair_source_took(fsrc);
         }
 
         pg::wal_forget(wal);
@@ -338,16 +347,26 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         }
         direct::release(snap);
     }
-    direct::ready_end(scan);
+    if (fair)
+        api::fair_source_end(fsrc);
+    else
+        direct::ready_end(scan);
     direct::release(scan_snap);
     direct::close(t);
     pg::wal_forget(wal);
     // The walk started at the head and met nothing: the queue was empty at
     // `now` (taken before the snapshot of the walk).
-    if (!met_any && w.from_head) api::remember_empty(q.queue_id, now);
+    if (!met_any && (w.from_head || fair)) api::remember_empty(q.queue_id, now);
     // Later statements of this transaction (and SPI below) see the claims.
     if (claimed > 0) CommandCounterIncrement();
-    api::walk_end(&w);
+    if (fair) {
+        // Positions in a fair walk are not positions of the queue's order:
+        // no scan hint is kept from it.
+        api::walk_kill_dead(&w);
+        api::forget_hints(q.queue_id);
+    } else {
+        api::walk_end(&w);
+    }
     if (claimed > 0) api::after_tokens();
     limits_done(q, lim, claimed);
     shmem::count(q.queue_id, shmem::Metric::Claimed, claimed);

@@ -3,6 +3,7 @@
 //   claim.redrive
 #include "api/arrays.hpp"
 #include "api/dependencies.hpp"
+#include "api/fair.hpp"
 #include "api/hints.hpp"
 #include "api/keys.hpp"
 #include "api/queue_admin.hpp"
@@ -144,6 +145,7 @@ PGCLAIM_FUNCTION(pgclaim_create_queue) {
     }
     pg::free_result();
     api::store_flow_settings(fcinfo, 5, false);
+    api::store_fair_flag(fcinfo, 10);
     SPI_finish();
     PG_RETURN_VOID();
 }
@@ -181,6 +183,7 @@ PGCLAIM_FUNCTION(pgclaim_drop_queue) {
     }
     pg::run(s_drop_items, v2, nullptr);
     pg::run(s_drop_claims, v2, nullptr);
+    api::fair_queue_dropped(DatumGetInt32(qid));
     SPI_finish();
     // Claimers waiting on the queue wake at our commit and find it gone.
     shmem::notify_ready(shmem::WaitKind::Queue, DatumGetInt32(qid), PG_INT32_MAX);
@@ -231,6 +234,8 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         int n;
         int64 *ids = api::enqueue_after(items, parents, nparents, &n);
         int64 id = ids[0];  // ids lives in SPI memory, gone after SPI_finish
+        api::fair_mark_items(&id, 1,
+                             api::fair_key_arg(fcinfo, 7, api::lookup_queue(name).queue_id));
         SPI_finish();
         PG_RETURN_INT64(id);
     }
@@ -242,9 +247,10 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         namespace direct = pgclaim::pg::direct;
         direct::Tables *t = direct::open(direct::Mode::Enqueue);
         int32 qid = api::producer_queue(t, PG_GETARG_DATUM(0), name);
+        int32 fair_key = api::fair_key_arg(fcinfo, 7, qid);
         int64 id = direct::item_insert(t, qid, PG_GETARG_INT32(4), run_at, run_at_null == 'n',
                                        PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2),
-                                       PG_ARGISNULL(2), PG_GETARG_DATUM(1));
+                                       PG_ARGISNULL(2), PG_GETARG_DATUM(1), fair_key);
         direct::close(t);
         CommandCounterIncrement();
         shmem::count(qid, shmem::Metric::Enqueued);
@@ -272,9 +278,10 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
     for (int round = 0; round < kMaxDedupRounds && !done; ++round) {
         if (pg::run(s_enqueue_dedup, v, nulls) > 0) {
             id = pg::col_int64(0, 1);
-            shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued);
-            if (nulls[2] == 'n')
-                shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), 1);
+            int32 qid = pg::col_int32(0, 2);
+            shmem::count(qid, shmem::Metric::Enqueued);
+            if (nulls[2] == 'n') shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
+            api::fair_mark_items(&id, 1, api::fair_key_arg(fcinfo, 7, qid));
             done = true;
             break;
         }
@@ -344,6 +351,8 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
         api::NewItems items{v[0], name, v[1], v[2], nulls[2] == 'n', v[3], v[4], nulls[4] == 'n'};
         int nids;
         int64 *ids = api::enqueue_after(items, parents, nparents, &nids);
+        api::fair_mark_items(ids, nids,
+                             api::fair_key_arg(fcinfo, 6, api::lookup_queue(name).queue_id));
         for (int i = 0; i < nids; ++i) {
             Datum out[1] = {Int64GetDatum(ids[i])};
             bool isnull[1] = {false};
@@ -357,11 +366,14 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     if (n > 0) shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued, (int64)n);
     if (n > 0 && nulls[2] == 'n')
         shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
+    int64 *ids = (int64 *)palloc(sizeof(int64) * (n > 0 ? n : 1));
     for (uint64 i = 0; i < n; ++i) {
-        Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
+        ids[i] = pg::col_int64(i, 1);
+        Datum out[1] = {Int64GetDatum(ids[i])};
         bool isnull[1] = {false};
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
     }
+    if (n > 0) api::fair_mark_items(ids, (int)n, api::fair_key_arg(fcinfo, 6, pg::col_int32(0, 2)));
     SPI_finish();
     return (Datum)0;
 }

@@ -4,6 +4,7 @@
 #include "api/queue_admin.hpp"
 
 #include "api/queue_lookup.hpp"
+#include "api/fair.hpp"
 #include "core/rules.hpp"
 #include "shmem/epochs.hpp"
 #include "shmem/wakeup.hpp"
@@ -116,6 +117,7 @@ PGCLAIM_FUNCTION(pgclaim_alter_queue) {
     int32 queue_id = pg::col_int32(0, 1);
     pg::free_result();
     api::store_flow_settings(fcinfo, 5, true);
+    api::store_fair_flag(fcinfo, 10);
     queue_changed();
     // A raised or removed limit may let waiting claimers in.
     shmem::notify_ready(shmem::WaitKind::Queue, queue_id, PG_INT32_MAX);

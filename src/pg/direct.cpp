@@ -1,6 +1,7 @@
 // Server layer: see direct.hpp.
 #include "pg/direct.hpp"
 #include "pg/direct_tables.hpp"
+#include "pg/direct_fair.hpp"
 #include "pg/compat.hpp"
 
 #include <algorithm>
@@ -362,10 +363,11 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap) {
 }
 
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
-                  Datum group_key, bool group_null, Datum payload) {
+                  Datum group_key, bool group_null, Datum payload, int32 fair_key_id) {
     check_priority(priority);
     int64 id = fill_item(t->ins_slot, queue_id, priority, run_at, run_at_null, group_key,
                          group_null, payload);
+    if (fair_key_id >= 0) set_fair_key(t->ins_slot, fair_key_id);
     insert_slot(t);
     return id;
 }

@@ -60,8 +60,9 @@ void lock_items(bool drop);
 // Enqueue: the id of the queue named `name` in `snap`, or -1.
 int32 queue_id(Tables *t, Datum name, Snapshot snap);
 // Insert a new item (defaults filled in, `ord` computed); returns its id.
+// fair_key_id: the item's fair key (direct_fair.hpp), -1 for none.
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
-                  Datum group_key, bool group_null, Datum payload);
+                  Datum group_key, bool group_null, Datum payload, int32 fair_key_id = -1);
 
 // The next fencing token (nextval of claim.token_seq, with its USAGE check).
 int64 next_token(Tables *t);

@@ -8,6 +8,7 @@
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
 #include "shmem/drops.hpp"
+#include "shmem/fair.hpp"
 #include "pg/xact_locks.hpp"
 
 extern "C" {
@@ -54,6 +55,8 @@ void shmem_request() {
     rates_shmem_request();
     RequestAddinShmemSpace(drops_shmem_size());
     claim_slots_shmem_request();
+    RequestAddinShmemSpace(fair_shmem_size());
+    fair_shmem_request();
 }
 
 void shmem_startup() {
@@ -84,6 +87,7 @@ void shmem_startup() {
     claim_slots_shmem_init();
     pg::xact_locks_shmem_init();
     drops_shmem_init();
+    fair_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 
