@@ -292,7 +292,7 @@ SELECT claim.drop_queue('hq');
 SELECT claim.drop_queue('hq2');
 
 -- privileges: admin functions are not for PUBLIC, tables are not either
-SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval, interval, integer, integer, integer, interval, boolean)', 'EXECUTE') AS public_create,
+SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval, interval, integer, integer, integer, interval, boolean, boolean)', 'EXECUTE') AS public_create,
        has_function_privilege('public', 'claim.drop_queue(text)', 'EXECUTE') AS public_drop,
        has_table_privilege('public', 'claim.items', 'SELECT') AS public_items;
 
