@@ -274,6 +274,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     uint64 wal = pg::wal_mark();
     while (claimed < n && !exhausted) {
         int ncand = 0;
+        if (fair) api::fair_source_wants(fsrc, n - claimed);
         while (claimed + ncand < n) {
             int64 id;
             int32 ord;

@@ -273,8 +273,9 @@ struct FairSource {
     int64 last_id;
     // Candidates of the round (so that a key walked twice yields each once).
     int64 *taken;
-    int ntaken;
+    int ntaken, cap_taken;
     int replans;
+    int want;  // items the round still wants beyond the candidates taken
     // Per key of the round: claims handed out, and the keys found exhausted.
     int32 *stat_key;
     int *stat_n;
@@ -288,7 +289,7 @@ struct FairSource {
 namespace {
 
 void plan(FairSource *s) {
-    int m = s->n - s->ntaken;
+    int m = s->want;
     if (m < 1) m = 1;
     int32 *picks = (int32 *)palloc(sizeof(int32) * m);
     int got = shmem::fair_pick(s->install, s->queue_id, m, picks);
@@ -347,6 +348,8 @@ FairSource *fair_source_begin(direct::Tables *t, int32 queue_id, int n, Snapshot
     s->n = n;
     s->plan_key = (int32 *)palloc(sizeof(int32) * n);
     s->plan_quota = (int *)palloc(sizeof(int) * n);
+    s->cap_taken = n;
+    s->want = n;
     s->taken = (int64 *)palloc(sizeof(int64) * n);
     s->stat_cap = s->dropped_cap = n + 8;
     s->stat_key = (int32 *)palloc(sizeof(int32) * s->stat_cap);
@@ -413,7 +416,7 @@ bool fair_source_next(FairSource *s, int64 *id, int32 *ord, Datum *group_key, bo
         // The plan is done. While the round wants more, pick again among
         // the keys still active; when no key yielded anything, walk the
         // whole ready index once (items without a fair key).
-        if (s->ntaken < s->n && s->replans < 4 && s->nplan > 0) {
+        if (s->want > 0 && s->replans < 16 && s->nplan > 0) {
             // Keys found exhausted leave the active set before the next pick.
             for (int i = 0; i < s->ndropped; ++i)
                 shmem::fair_deactivate(s->install, s->queue_id, s->dropped[i]);
@@ -431,8 +434,15 @@ bool fair_source_next(FairSource *s, int64 *id, int32 *ord, Datum *group_key, bo
     }
 }
 
+void fair_source_wants(FairSource *s, int n) { s->want = n; }
+
 void fair_source_took(FairSource *s) {
-    if (s->ntaken < s->n) s->taken[s->ntaken++] = s->last_id;
+    if (s->ntaken == s->cap_taken) {
+        s->cap_taken *= 2;
+        s->taken = (int64 *)repalloc(s->taken, sizeof(int64) * s->cap_taken);
+    }
+    s->taken[s->ntaken++] = s->last_id;
+    --s->want;
     if (s->scan != nullptr) ++s->took_cur;
 }
 

@@ -45,6 +45,9 @@ bool fair_source_next(FairSource *s, int64 *id, int32 *ord, Datum *group_key, bo
                       ItemPointerData *tid);
 // The item last returned became a candidate of the round.
 void fair_source_took(FairSource *s);
+// The round still wants `n` items (candidates that failed their checks
+// under the lock are looked for again).
+void fair_source_wants(FairSource *s, int n);
 void fair_source_end(FairSource *s);
 
 }  // namespace pgclaim::api
