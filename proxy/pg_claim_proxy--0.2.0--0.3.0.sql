@@ -476,57 +476,46 @@ SELECT coalesce(nullif(current_setting('pg_claim_proxy.spread_wait_slice', true)
                 '50 ms'::interval)
 $$;
 
--- Spread: asks the queue's partitions in turn, from a random one, for up to
--- n items, and returns those of the first partition that has any (so a
--- batch is from one partition, as complete_many wants it; a partition claims
--- only what it returns), skipping a partition that cannot be reached (PC003
--- when none can). With wait, rounds of claims that wait one slice on each
--- partition, until items come or wait is over. done goes to the partition
--- of its first token, which is asked first.
-CREATE FUNCTION claim.claim_next(queue text, n integer DEFAULT 1, lease interval DEFAULT NULL,
-                                 wait interval DEFAULT '0', worker text DEFAULT NULL,
-                                 done bigint[] DEFAULT NULL)
+-- A claim from a spread queue (claim_next, or group_claim without a group
+-- key): asks the queue's partitions in turn, from a random one (from the
+-- partition of done's tokens when there are any), for up to n items, and
+-- returns those of the first partition that has any (so a batch is from one
+-- partition, as complete_many wants it; a partition claims only what it
+-- returns), skipping a partition that cannot be reached (PC003 when none
+-- can). With wait, rounds of claims that wait one slice on each partition,
+-- until items come or wait is over. done goes to the first partition asked.
+CREATE FUNCTION claim.spread_claim(fn text, queue text, parts integer[], n integer,
+                                   lease interval, wait interval, worker text, done bigint[])
 RETURNS SETOF claim.item
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    parts integer[];
-    cnt integer;
+    cnt integer := cardinality(parts);
     start integer;
     i integer;
     k integer;
     got integer;
     reached integer;
-    slice interval;
-    deadline timestamptz;
+    slice interval := claim.spread_wait_slice();
+    deadline timestamptz := clock_timestamp() + wait;
     w interval := '0';
     d bigint[] := done;
     m text;
 BEGIN
-    SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;
-    IF parts IS NULL THEN
-        RETURN QUERY SELECT * FROM claim._on_claim_next(claim.route_hash(queue), queue, n, lease,
-                                                        wait, worker, done);
-        RETURN;
-    END IF;
-    IF n IS NULL OR n < 1 OR wait IS NULL OR wait < '0' THEN
-        -- the partition reports the argument
-        RETURN QUERY SELECT * FROM claim._on_claim_next(parts[1], queue, n, lease, wait, worker, done);
-        RETURN;
-    END IF;
-    cnt := cardinality(parts);
     start := coalesce(CASE WHEN done IS NOT NULL
                            THEN array_position(parts, claim.tokens_partition(done)) - 1 END,
                       floor(random() * cnt)::integer);
-    deadline := clock_timestamp() + wait;
-    slice := claim.spread_wait_slice();
     LOOP
         reached := 0;
         FOR i IN 0 .. cnt - 1 LOOP
             k := parts[1 + (start + i) % cnt];
             BEGIN
-                RETURN QUERY SELECT * FROM claim._on_claim_next(k, queue, n, lease, w, worker, d);
+                IF fn = 'claim_next' THEN
+                    RETURN QUERY SELECT * FROM claim._on_claim_next(k, queue, n, lease, w, worker, d);
+                ELSE
+                    RETURN QUERY SELECT * FROM claim._on_group_claim(k, queue, n, lease, w, worker, NULL);
+                END IF;
                 GET DIAGNOSTICS got = ROW_COUNT;
                 reached := reached + 1;
             EXCEPTION WHEN SQLSTATE 'PC003' THEN
@@ -540,7 +529,7 @@ BEGIN
         END LOOP;
         IF reached = 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'PC003',
-                MESSAGE = format('claim.claim_next: no partition of spread queue "%s" can be reached: %s', queue, m),
+                MESSAGE = format('claim.%s: no partition of spread queue "%s" can be reached: %s', fn, queue, m),
                 HINT = 'Claims work again once a partition of the queue is back.';
         END IF;
         EXIT WHEN clock_timestamp() >= deadline;
@@ -550,9 +539,30 @@ BEGIN
 END
 $$;
 
--- Spread: with group_key, the partition of that key; without, the queue's
--- partitions in turn from a random one until one returns a group (with
--- wait, in slices as claim_next).
+-- Spread: claim.spread_claim.
+CREATE FUNCTION claim.claim_next(queue text, n integer DEFAULT 1, lease interval DEFAULT NULL,
+                                 wait interval DEFAULT '0', worker text DEFAULT NULL,
+                                 done bigint[] DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parts integer[];
+BEGIN
+    SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;
+    IF parts IS NULL OR n IS NULL OR n < 1 OR wait IS NULL OR wait < '0' THEN
+        -- the queue's partition, or the first, reports a bad argument
+        RETURN QUERY SELECT * FROM claim._on_claim_next(coalesce(parts[1], claim.route_hash(queue)),
+                                                        queue, n, lease, wait, worker, done);
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT * FROM claim.spread_claim('claim_next', queue, parts, n, lease, wait, worker, done);
+END
+$$;
+
+-- Spread: with group_key, the partition of that key; without,
+-- claim.spread_claim until one partition returns a group.
 CREATE FUNCTION claim.group_claim(queue text, max_items integer DEFAULT 1000,
                                   lease interval DEFAULT NULL, wait interval DEFAULT '0',
                                   worker text DEFAULT NULL, group_key text DEFAULT NULL)
@@ -562,15 +572,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     parts integer[];
-    cnt integer;
-    start integer;
-    i integer;
-    k integer;
-    got integer;
-    reached integer;
-    deadline timestamptz;
-    w interval := '0';
-    m text;
 BEGIN
     SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;
     IF parts IS NULL OR group_key IS NOT NULL OR wait IS NULL OR wait < '0' THEN
@@ -580,34 +581,8 @@ BEGIN
             queue, max_items, lease, wait, worker, group_key);
         RETURN;
     END IF;
-    cnt := cardinality(parts);
-    start := floor(random() * cnt)::integer;
-    deadline := clock_timestamp() + wait;
-    LOOP
-        reached := 0;
-        FOR i IN 0 .. cnt - 1 LOOP
-            k := parts[1 + (start + i) % cnt];
-            BEGIN
-                RETURN QUERY SELECT * FROM claim._on_group_claim(k, queue, max_items, lease, w, worker, NULL);
-                GET DIAGNOSTICS got = ROW_COUNT;
-                reached := reached + 1;
-            EXCEPTION WHEN SQLSTATE 'PC003' THEN
-                GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;
-                got := 0;
-            END;
-            IF got > 0 THEN
-                RETURN;
-            END IF;
-        END LOOP;
-        IF reached = 0 THEN
-            RAISE EXCEPTION USING ERRCODE = 'PC003',
-                MESSAGE = format('claim.group_claim: no partition of spread queue "%s" can be reached: %s', queue, m),
-                HINT = 'Claims work again once a partition of the queue is back.';
-        END IF;
-        EXIT WHEN clock_timestamp() >= deadline;
-        w := least(claim.spread_wait_slice(), deadline - clock_timestamp());
-        start := start + 1;
-    END LOOP;
+    RETURN QUERY SELECT * FROM claim.spread_claim('group_claim', queue, parts, max_items, lease, wait,
+                                                  worker, NULL);
 END
 $$;
 
