@@ -149,12 +149,16 @@ export interface EnqueueOptions extends CallOptions {
   dedupKey?: string | null;
   /** Ids this item waits for (servers with enqueue(..., after)). */
   after?: Array<string | number | bigint> | null;
+  /** The item's key in a fair queue (servers with enqueue(..., fair_key); docs/fairness.md). */
+  fairKey?: string | null;
 }
 
 export interface EnqueueBatchOptions extends CallOptions {
   groupKeys?: Array<string | null> | null;
   runAt?: Date | string | null;
   priority?: number;
+  /** The key of every item of the batch in a fair queue (docs/fairness.md). */
+  fairKey?: string | null;
 }
 
 export type ItemStateName = 'waiting' | 'scheduled' | 'ready' | 'claimed' | 'completed' | 'dead' | 'cancelled';
@@ -210,6 +214,8 @@ export declare class Client {
   metrics(options?: CallOptions): Promise<Array<Record<string, unknown>>>;
   createQueue(queue: string, options?: CreateQueueOptions): Promise<void>;
   dropQueue(queue: string, options?: CallOptions): Promise<void>;
+  /** A fair key's weight in a fair queue, 1 to 10000 (admin). NotSupportedError without claim.set_fair_weight. */
+  setFairWeight(queue: string, fairKey: string, weight: number, options?: CallOptions): Promise<void>;
   /** Stops deliveries from a queue. NotSupportedError without claim.pause. */
   pause(queue: string, options?: CallOptions): Promise<void>;
   resume(queue: string, options?: CallOptions): Promise<void>;

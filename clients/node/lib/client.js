@@ -46,14 +46,29 @@ class Client {
       params.push(opts.after.map(String));
       call += ', after => $7::bigint[]';
     }
+    if (opts.fairKey !== undefined && opts.fairKey !== null) {
+      params.push(opts.fairKey);
+      call += `, fair_key => $${params.length}::text`;
+    }
     call += ')';
-    const { rows } = await this._query(`SELECT ${call} AS id`, params, opts, opts.after ? 'enqueue(..., after)' : null);
+    const fn = opts.after ? 'enqueue(..., after)' : opts.fairKey ? 'enqueue(..., fair_key)' : null;
+    const { rows } = await this._query(`SELECT ${call} AS id`, params, opts, fn);
     return rows[0].id;
   }
 
   /** Adds many items in one statement; resolves to their ids in order. */
   async enqueueBatch(queue, payloads, opts = {}) {
     if (!Array.isArray(payloads)) throw new TypeError('enqueueBatch: payloads must be an array');
+    if (opts.fairKey !== undefined && opts.fairKey !== null) {
+      // Fair keys: enqueue_many of pg_claim 0.3.0 on (docs/fairness.md).
+      const { rows } = await this._query(
+        'SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int, fair_key => $6::text) AS id',
+        [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
+          opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority,
+          opts.fairKey],
+        opts, 'enqueue_many(..., fair_key)');
+      return rows.map((r) => r.id);
+    }
     const { rows } = await this._query(
       'SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int) AS id',
       [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
@@ -150,6 +165,12 @@ class Client {
   /** Resumes deliveries from a paused queue (servers with claim.resume). */
   async resume(queue, opts = {}) {
     await this._query('SELECT claim.resume($1::text)', [queue], opts, 'claim.resume');
+  }
+
+  /** Sets a fair key's weight in a fair queue, 1 to 10000 (an admin function; docs/fairness.md). */
+  async setFairWeight(queue, fairKey, weight, opts = {}) {
+    await this._query('SELECT claim.set_fair_weight($1::text, $2::text, $3::int)', [queue, fairKey, weight],
+      opts, 'claim.set_fair_weight');
   }
 
   /** Drops a queue with its items (an admin function). */

@@ -129,16 +129,21 @@ class Client:
     # -- producers -----------------------------------------------------------
     def enqueue(self, queue: str, payload: Any = None, *, group_key: Optional[str] = None,
                 run_at: Optional[_dt.datetime] = None, priority: Optional[int] = None,
-                dedup_key: Optional[str] = None, after: Optional[Sequence[int]] = None) -> int:
+                dedup_key: Optional[str] = None, after: Optional[Sequence[int]] = None,
+                fair_key: Optional[str] = None) -> int:
         """Add one item; returns its id. ``after``: ids that must finish first
-        (needs a server with ``enqueue(after => ...)``)."""
+        (needs a server with ``enqueue(after => ...)``). ``fair_key``: the
+        item's key in a fair queue (docs/fairness.md; pg_claim 0.3.0 on)."""
         if after is not None:
             self.features.require("enqueue", "after")
+        if fair_key is not None:
+            self.features.require("enqueue", "fair_key")
         call, params = _call("enqueue", [queue, Jsonb({} if payload is None else payload)],
                              {"group_key": group_key, "run_at": run_at, "priority": priority,
-                              "dedup_key": dedup_key, "after": list(after) if after is not None else None},
+                              "dedup_key": dedup_key, "after": list(after) if after is not None else None,
+                              "fair_key": fair_key},
                              {"group_key": "text", "run_at": "timestamptz", "priority": "int",
-                              "dedup_key": "text", "after": "bigint[]"})
+                              "dedup_key": "text", "after": "bigint[]", "fair_key": "text"})
         row = self._select(call, params).fetchone()
         assert row is not None
         return int(row[0])
@@ -147,20 +152,25 @@ class Client:
                       group_keys: Optional[Sequence[Optional[str]]] = None,
                       run_at: Optional[_dt.datetime] = None,
                       priority: Optional[int] = None,
-                      after: Optional[Sequence[int]] = None) -> List[int]:
+                      after: Optional[Sequence[int]] = None,
+                      fair_key: Optional[str] = None) -> List[int]:
         """Add many items in one statement; ids in the order of ``payloads``.
-        ``after``: ids that must finish before any of these is ready."""
+        ``after``: ids that must finish before any of these is ready.
+        ``fair_key``: the key of every item of the batch in a fair queue."""
         # enqueue_many from pg_claim 0.3.0 on; enqueue_batch before it.
         name = "enqueue_many" if self.features.has("enqueue_many") else "enqueue_batch"
         if after is not None:
             self.features.require(name, "after")
+        if fair_key is not None:
+            self.features.require(name, "fair_key")
         docs = [Jsonb({} if p is None else p) for p in payloads]
         call, params = _call(name, [queue, docs],
                              {"group_keys": list(group_keys) if group_keys is not None else None,
                               "run_at": run_at, "priority": priority,
-                              "after": list(after) if after is not None else None},
+                              "after": list(after) if after is not None else None,
+                              "fair_key": fair_key},
                              {"group_keys": "text[]", "run_at": "timestamptz", "priority": "int",
-                              "after": "bigint[]"})
+                              "after": "bigint[]", "fair_key": "text"})
         return [int(r[0]) for r in self._exec(sql.SQL("SELECT * FROM ") + call, params).fetchall()]
 
     # -- lifecycle -----------------------------------------------------------
@@ -242,6 +252,11 @@ class Client:
                 raise InvalidArgument(
                     f"claim.{function}() has no option {key!r}", sqlstate="22023",
                     hint="Its options: " + ", ".join(sorted(known)) + ".")
+
+    def set_fair_weight(self, queue: str, fair_key: str, weight: int) -> None:
+        """The key's share in a fair queue (1 to 10000; docs/fairness.md)."""
+        self.features.require("set_fair_weight")
+        self._exec("SELECT claim.set_fair_weight(%s, %s, %s::int)", (queue, fair_key, weight))
 
     def drop_queue(self, queue: str) -> None:
         self._exec("SELECT claim.drop_queue(%s)", (queue,))

@@ -202,3 +202,24 @@ def test_metrics(client: pg_claim.Client, queue: str, features: pg_claim.Feature
     client.enqueue(queue, {})
     rows = [r for r in client.metrics() if r.get("queue") == queue]
     assert len(rows) == 1
+
+
+def test_fair_key_and_weight(client: pg_claim.Client, queue: str) -> None:
+    if not client.features.has("set_fair_weight"):
+        pytest.skip("the server's pg_claim has no fair queues")
+    client.conn.execute("SELECT claim.alter_queue(%s, fair => true)", (queue,))
+    client.set_fair_weight(queue, "heavy", 3)
+    client.enqueue_batch(queue, [{"k": "heavy"}] * 40, fair_key="heavy")
+    client.enqueue_batch(queue, [{"k": "light"}] * 40, fair_key="light")
+    one = client.enqueue(queue, {"k": "solo"}, fair_key="solo")
+    rows = client.conn.execute("SELECT payload->>'k' FROM claim.claim_next(%s, n => 9)",
+                               (queue,)).fetchall()
+    got = [r[0] for r in rows]
+    # Weights 3, 1, 1 over 9 claims: every key is served, heavy the most.
+    assert got.count("solo") == 1 and got.count("light") >= 1
+    assert got.count("heavy") > got.count("light")
+    keys = {r[0]: r[1] for r in client.conn.execute(
+        "SELECT fair_key, weight FROM claim.fair_stats WHERE queue = %s AND fair_key IS NOT NULL",
+        (queue,)).fetchall()}
+    assert keys == {"heavy": 3, "light": 1, "solo": 1}
+    assert one > 0
