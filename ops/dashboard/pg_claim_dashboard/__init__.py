@@ -194,6 +194,9 @@ class Dashboard:
             sections: List[Tuple[str, str, Callable[[], str]]] = [
                 ("charts", "Last hour", lambda: self.charts(view)),
                 ("queues", "Queues", lambda: self.queues(conn, admin, view)),
+                ("fair-keys", "Fair keys", lambda: self.simple(
+                    conn, "fair-keys", "Fair keys", "claim.fair_stats",
+                    "SELECT * FROM claim.fair_stats ORDER BY queue, handed_last_minute DESC, fair_key LIMIT %s")),
                 ("dead", "Dead items", lambda: self.dead(conn, admin, view)),
                 ("claims", "Claims", lambda: self.claims(conn, admin, view)),
                 ("finished", "Finished items", lambda: self.finished(conn, view)),
