@@ -1,5 +1,6 @@
 # One hot queue spread over four partitions behind the PL/Proxy front
-# (pg_claim_proxy, docs/partitions.md "Spread queues"): placement by group
+# (pg_claim_proxy, docs/partitions.md "Spread queues"): a fresh install of
+# pg_claim_proxy equal to one updated from 0.2.0; placement by group
 # key and evenly without one, claims that return at most n from one
 # partition and are not starved by empty ones, waits woken from any
 # partition, the calls refused for a spread queue, figures summed; 8 workers
@@ -55,6 +56,24 @@ sub bg
 		  '-c', $sql ],
 		'<', \$in, '>', \$o, '2>', \$e);
 	return [ $h, \$o, \$e ];
+}
+
+# ------------------------------------- a fresh install equals an update
+{
+	my $shape = q{SELECT md5(string_agg(x, E'\n' ORDER BY x)) FROM (
+		SELECT p.oid::regprocedure::text || pg_get_functiondef(p.oid) || coalesce(p.proacl::text, '') AS x
+		FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace AND p.prokind = 'f'
+		UNION ALL
+		SELECT c.relname || coalesce(c.relacl::text, '') || coalesce(pg_get_viewdef(c.oid), '')
+		FROM pg_class c WHERE c.relnamespace = 'claim'::regnamespace
+		UNION ALL
+		SELECT 'dump ' || array_to_string(extconfig::regclass[]::text[], ',')
+		FROM pg_extension WHERE extname = 'pg_claim_proxy') s};
+	$front->safe_psql('postgres', 'CREATE DATABASE upd');
+	$front->safe_psql('upd', q{CREATE EXTENSION pg_claim_proxy VERSION '0.2.0' CASCADE;
+		ALTER EXTENSION pg_claim_proxy UPDATE TO '0.3.0'});
+	is($front->safe_psql('upd', $shape), $front->safe_psql('postgres', $shape),
+		'pg_claim_proxy 0.2.0 updated to 0.3.0 equals a fresh 0.3.0 (functions, privileges, views)');
 }
 
 # ------------------------------------------------------------- declaring
