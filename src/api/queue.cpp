@@ -61,6 +61,14 @@ Stmt s_enqueue_batch = {
     "WHERE q.name = $1 ORDER BY u.n RETURNING id, queue_id",
     5, {TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBARRAYOID, TEXTARRAYOID}, nullptr};
 
+// The same with the items' fair key (docs/fairness.md).
+Stmt s_enqueue_batch_fair = {
+    "INSERT INTO claim.items (queue_id, priority, run_at, group_key, payload, fair_key_id) "
+    "SELECT q.queue_id, $2, $3, u.k, u.v, $6 "
+    "FROM claim.queues q, unnest($4::jsonb[], $5::text[]) WITH ORDINALITY AS u(v, k, n) "
+    "WHERE q.name = $1 ORDER BY u.n RETURNING id, queue_id",
+    6, {TEXTOID, INT4OID, TIMESTAMPTZOID, JSONBARRAYOID, TEXTARRAYOID, INT4OID}, nullptr};
+
 Stmt s_redrive = {
     "WITH r AS ("
     "  UPDATE claim.items i SET state = 'r', run_at = NULL, failures = 0, died_at = NULL,"
@@ -361,19 +369,28 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
         SPI_finish();
         return (Datum)0;
     }
-    uint64 n = pg::run(s_enqueue_batch, v, nulls);
+    // The fair key (or the default key of a fair queue) is written with the
+    // items; a catalog without fair keys passes fewer arguments.
+    int32 fair_key = PG_NARGS() > 6
+                         ? api::fair_key_arg(fcinfo, 6, api::lookup_queue_cached(name).queue_id)
+                         : -1;
+    uint64 n;
+    if (fair_key >= 0) {
+        Datum fv[6] = {v[0], v[1], v[2], v[3], v[4], Int32GetDatum(fair_key)};
+        char fnulls[7] = {nulls[0], nulls[1], nulls[2], nulls[3], nulls[4], ' ', '\0'};
+        n = pg::run(s_enqueue_batch_fair, fv, fnulls);
+    } else {
+        n = pg::run(s_enqueue_batch, v, nulls);
+    }
     if (n == 0) require_queue_exists(name);
     if (n > 0) shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued, (int64)n);
     if (n > 0 && nulls[2] == 'n')
         shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
-    int64 *ids = (int64 *)palloc(sizeof(int64) * (n > 0 ? n : 1));
     for (uint64 i = 0; i < n; ++i) {
-        ids[i] = pg::col_int64(i, 1);
-        Datum out[1] = {Int64GetDatum(ids[i])};
+        Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
         bool isnull[1] = {false};
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
     }
-    if (n > 0) api::fair_mark_items(ids, (int)n, api::fair_key_arg(fcinfo, 6, pg::col_int32(0, 2)));
     SPI_finish();
     return (Datum)0;
 }
