@@ -152,8 +152,9 @@ BEGIN
 
     FOR r IN SELECT * FROM (VALUES
         -- name, arguments, result, route, for a spread queue
-        ('create_queue', 'queue text, lease interval DEFAULT ''30 s'', max_attempts integer DEFAULT 5, backoff interval DEFAULT ''1 s'', retain interval DEFAULT ''0'', max_active integer DEFAULT NULL, group_limit integer DEFAULT 1, rate integer DEFAULT NULL, rate_per interval DEFAULT ''1 s'', rate_per_group boolean DEFAULT false', 'void', NULL, NULL),
-        ('alter_queue', 'queue text, lease interval DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL, retain interval DEFAULT NULL, max_active integer DEFAULT NULL, group_limit integer DEFAULT NULL, rate integer DEFAULT NULL, rate_per interval DEFAULT NULL, rate_per_group boolean DEFAULT NULL', 'void', 'queue', 'each'),
+        ('create_queue', 'queue text, lease interval DEFAULT ''30 s'', max_attempts integer DEFAULT 5, backoff interval DEFAULT ''1 s'', retain interval DEFAULT ''0'', max_active integer DEFAULT NULL, group_limit integer DEFAULT 1, rate integer DEFAULT NULL, rate_per interval DEFAULT ''1 s'', rate_per_group boolean DEFAULT false, fair boolean DEFAULT false', 'void', NULL, NULL),
+        ('alter_queue', 'queue text, lease interval DEFAULT NULL, max_attempts integer DEFAULT NULL, backoff interval DEFAULT NULL, retain interval DEFAULT NULL, max_active integer DEFAULT NULL, group_limit integer DEFAULT NULL, rate integer DEFAULT NULL, rate_per interval DEFAULT NULL, rate_per_group boolean DEFAULT NULL, fair boolean DEFAULT NULL', 'void', 'queue', 'each'),
+        ('set_fair_weight', 'queue text, fair_key text, weight integer', 'void', 'queue', 'each'),
         ('drop_queue', 'queue text', 'void', NULL, NULL),
         ('pause', 'queue text', 'void', 'queue', 'each'),
         ('resume', 'queue text', 'void', 'queue', 'each'),
@@ -161,8 +162,8 @@ BEGIN
         ('cancel', 'queue text, id bigint', 'integer', 'queue', 'refuse'),
         ('cancel_many', 'queue text, ids bigint[]', 'integer', 'queue', 'refuse'),
         ('item_state', 'queue text, id bigint, wait interval DEFAULT ''0''', 'claim.item_status', 'queue', 'refuse'),
-        ('enqueue', 'queue text, payload jsonb DEFAULT ''{}'', group_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0, dedup_key text DEFAULT NULL, after bigint[] DEFAULT NULL', 'bigint', NULL, NULL),
-        ('enqueue_many', 'queue text, payloads jsonb[], group_keys text[] DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0, after bigint[] DEFAULT NULL', 'SETOF bigint', NULL, NULL),
+        ('enqueue', 'queue text, payload jsonb DEFAULT ''{}'', group_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0, dedup_key text DEFAULT NULL, after bigint[] DEFAULT NULL, fair_key text DEFAULT NULL', 'bigint', NULL, NULL),
+        ('enqueue_many', 'queue text, payloads jsonb[], group_keys text[] DEFAULT NULL, run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0, after bigint[] DEFAULT NULL, fair_key text DEFAULT NULL', 'SETOF bigint', NULL, NULL),
         ('claim_next', 'queue text, n integer DEFAULT 1, lease interval DEFAULT NULL, wait interval DEFAULT ''0'', worker text DEFAULT NULL, done bigint[] DEFAULT NULL', 'SETOF claim.item', NULL, NULL),
         ('group_claim', 'queue text, max_items integer DEFAULT 1000, lease interval DEFAULT NULL, wait interval DEFAULT ''0'', worker text DEFAULT NULL, group_key text DEFAULT NULL', 'SETOF claim.item', NULL, NULL),
         ('schedule', 'name text, cron text, queue text, payload jsonb DEFAULT ''{}'', group_key text DEFAULT NULL, priority integer DEFAULT 0, timezone text DEFAULT ''UTC''', 'void', NULL, NULL),
@@ -213,7 +214,7 @@ BEGIN
         -- Queue administration is not for PUBLIC, at the front as on the
         -- partitions: a role granted claim.<f> is granted these two as well.
         IF r.name IN ('create_queue', 'alter_queue', 'drop_queue', 'pause', 'resume', 'redrive',
-                      'schedule') THEN
+                      'schedule', 'set_fair_weight') THEN
             EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION claim.%s(integer, %s), claim.%s(integer, %s) FROM PUBLIC',
                 '_part_' || r.name, types, '_on_' || r.name, types);
         END IF;
@@ -262,7 +263,7 @@ CREATE FUNCTION claim.create_queue(queue text, lease interval DEFAULT '30 s',
                                    retain interval DEFAULT '0', max_active integer DEFAULT NULL,
                                    group_limit integer DEFAULT 1, rate integer DEFAULT NULL,
                                    rate_per interval DEFAULT '1 s',
-                                   rate_per_group boolean DEFAULT false,
+                                   rate_per_group boolean DEFAULT false, fair boolean DEFAULT false,
                                    spread boolean DEFAULT false, partitions integer[] DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql
@@ -278,7 +279,8 @@ BEGIN
                 MESSAGE = 'partitions is only for a spread queue (spread => true)';
         END IF;
         PERFORM claim._on_create_queue(claim.route_hash(queue), queue, lease, max_attempts, backoff,
-                                       retain, max_active, group_limit, rate, rate_per, rate_per_group);
+                                       retain, max_active, group_limit, rate, rate_per, rate_per_group,
+                                       fair);
         RETURN;
     END IF;
     IF queue IS NULL THEN
@@ -292,7 +294,7 @@ BEGIN
     END;
     FOREACH k IN ARRAY parts LOOP
         PERFORM claim._on_create_queue(k, queue, lease, max_attempts, backoff, retain, max_active,
-                                       group_limit, rate, rate_per, rate_per_group);
+                                       group_limit, rate, rate_per, rate_per_group, fair);
     END LOOP;
 END
 $$;
@@ -351,7 +353,8 @@ $$;
 -- one that can be reached.
 CREATE FUNCTION claim.enqueue(queue text, payload jsonb DEFAULT '{}', group_key text DEFAULT NULL,
                               run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0,
-                              dedup_key text DEFAULT NULL, after bigint[] DEFAULT NULL)
+                              dedup_key text DEFAULT NULL, after bigint[] DEFAULT NULL,
+                              fair_key text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -365,7 +368,7 @@ BEGIN
     SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;
     IF parts IS NULL THEN
         RETURN claim._on_enqueue(claim.route_hash(queue), queue, payload, group_key, run_at,
-                                 priority, dedup_key, after);
+                                 priority, dedup_key, after, fair_key);
     END IF;
     IF after IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '0A000',
@@ -374,14 +377,14 @@ BEGIN
     END IF;
     IF coalesce(group_key, dedup_key) IS NOT NULL THEN
         RETURN claim._on_enqueue(claim.spread_partition(parts, coalesce(group_key, dedup_key)),
-                                 queue, payload, group_key, run_at, priority, dedup_key, NULL);
+                                 queue, payload, group_key, run_at, priority, dedup_key, NULL, fair_key);
     END IF;
     cnt := cardinality(parts);
     start := floor(random() * cnt)::integer;
     FOR i IN 0 .. cnt - 1 LOOP
         BEGIN
             RETURN claim._on_enqueue(parts[1 + (start + i) % cnt], queue, payload, NULL, run_at,
-                                     priority, NULL, NULL);
+                                     priority, NULL, NULL, fair_key);
         EXCEPTION WHEN SQLSTATE 'PC003' THEN
             IF i = cnt - 1 THEN
                 RAISE;
@@ -400,7 +403,7 @@ $$;
 -- returned partition by partition, in the order of the batch within each.
 CREATE FUNCTION claim.enqueue_many(queue text, payloads jsonb[], group_keys text[] DEFAULT NULL,
                                    run_at timestamptz DEFAULT NULL, priority integer DEFAULT 0,
-                                   after bigint[] DEFAULT NULL)
+                                   after bigint[] DEFAULT NULL, fair_key text DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -418,7 +421,7 @@ BEGIN
     SELECT s.partitions INTO parts FROM claim.spread_queues s WHERE s.queue = $1;
     IF parts IS NULL THEN
         RETURN QUERY SELECT * FROM claim._on_enqueue_many(claim.route_hash(queue), queue, payloads,
-                                                          group_keys, run_at, priority, after);
+                                                          group_keys, run_at, priority, after, fair_key);
         RETURN;
     END IF;
     IF after IS NOT NULL THEN
@@ -431,7 +434,7 @@ BEGIN
             OR cardinality(group_keys) <> cardinality(payloads)) THEN
         -- the partition reports the shape of the arrays
         RETURN QUERY SELECT * FROM claim._on_enqueue_many(parts[1], queue, payloads, group_keys,
-                                                          run_at, priority, NULL);
+                                                          run_at, priority, NULL, fair_key);
         RETURN;
     END IF;
     cnt := cardinality(parts);
@@ -450,7 +453,7 @@ BEGIN
                 ARRAY(SELECT payloads[i] FROM unnest(sel) AS i),
                 CASE WHEN group_keys IS NULL THEN NULL
                      ELSE ARRAY(SELECT group_keys[i] FROM unnest(sel) AS i) END,
-                run_at, priority, NULL);
+                run_at, priority, NULL, fair_key);
             carried := '{}';
         EXCEPTION WHEN SQLSTATE 'PC003' THEN
             IF j = 2 * cnt - 1 OR group_keys IS NOT NULL
@@ -609,6 +612,17 @@ $$;
 
 -- ------------------------------------------- answered by every partition
 
+-- The fair keys of every partition (claim.fair_stats below).
+CREATE FUNCTION claim.partition_fair_stats(
+    OUT queue text, OUT fair_key text, OUT weight integer, OUT ready bigint, OUT claimed bigint,
+    OUT handed_last_minute bigint, OUT active boolean)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON ALL;
+    SELECT f.queue, f.fair_key, f.weight, f.ready, f.claimed, f.handed_last_minute, f.active
+    FROM claim.fair_stats f;
+$$;
+
 -- Each PL/Proxy function that runs on all partitions becomes claim._all_<f>,
 -- and claim.<f> calls it and raises PC003 when a partition cannot be
 -- reached. The views are made again over these.
@@ -665,6 +679,15 @@ BEGIN
 END
 $gen$;
 
+-- A fair key of a spread queue (on several partitions) is one row, summed.
+CREATE VIEW claim.fair_stats AS
+SELECT f.queue, f.fair_key, max(f.weight) AS weight, sum(f.ready)::bigint AS ready,
+       sum(f.claimed)::bigint AS claimed, sum(f.handed_last_minute)::bigint AS handed_last_minute,
+       bool_or(f.active) AS active
+FROM claim.partition_fair_stats() f
+GROUP BY f.queue, f.fair_key;
+REVOKE ALL ON claim.fair_stats FROM PUBLIC;
+
 -- A queue spread over partitions is one row, its figures summed (oldest:
 -- the largest age; paused: on any partition).
 CREATE VIEW claim.queue_stats AS
@@ -696,10 +719,11 @@ $gen$;
 -- ------------------------------------------------------------- privileges
 
 REVOKE EXECUTE ON FUNCTION claim.create_queue(text, interval, integer, interval, interval, integer,
-                                               integer, integer, interval, boolean, boolean,
+                                               integer, integer, interval, boolean, boolean, boolean,
                                                integer[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.alter_queue(text, interval, integer, interval, interval, integer,
-                                              integer, integer, interval, boolean) FROM PUBLIC;
+                                              integer, integer, interval, boolean, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION claim.set_fair_weight(text, text, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.schedule(text, text, text, jsonb, text, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.drop_queue(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION claim.pause(text) FROM PUBLIC;
