@@ -4,6 +4,7 @@
 #include "api/trigger_payload.hpp"
 
 #include "api/queue_lookup.hpp"
+#include "api/fair.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -82,7 +83,9 @@ int32 change_queue(direct::Tables *t, const Change &ch) {
 void insert_direct(const Change &ch, Datum payload, Datum group) {
     direct::Tables *t = direct::open(direct::Mode::Enqueue);
     int32 qid = change_queue(t, ch);
-    direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload);
+    // In a fair queue the item gets the default fair key (docs/fairness.md).
+    direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload,
+                        api::fair_key_default(qid));
     direct::close(t);
     CommandCounterIncrement();
     shmem::count(qid, shmem::Metric::Enqueued);
