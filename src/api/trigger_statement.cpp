@@ -3,6 +3,7 @@
 // own, and the items written in multi-insert batches; with 'batch', the
 // changed rows are packed into items per group key.
 #include "api/trigger_statement.hpp"
+#include "api/fair.hpp"
 #include "api/trigger_payload.hpp"
 #include "pg/direct_batch.hpp"
 
@@ -70,7 +71,8 @@ void statement_begin(StatementWrite *w, FunctionCallInfo fcinfo, TriggerData *td
     transition_begin(&w->ot, td->tg_trigger->tgoldtable ? td->tg_oldtable : nullptr, desc);
     w->t = direct::open(direct::Mode::Enqueue);
     w->qid = change_queue(w->t, ch);
-    w->b = direct::batch_begin(w->t, w->qid, ch.priority);
+    // In a fair queue the items get the default fair key (docs/fairness.md).
+    w->b = direct::batch_begin(w->t, w->qid, ch.priority, api::fair_key_default(w->qid));
 }
 
 // The next changed row (either side may be missing); false at the end.

@@ -3,6 +3,7 @@
 #include "pg/direct_batch.hpp"
 
 #include "pg/direct_tables.hpp"
+#include "pg/direct_fair.hpp"
 #include "pg/compat.hpp"
 
 extern "C" {
@@ -42,6 +43,7 @@ struct ItemBatch {
     Tables *t;
     int32 queue_id;
     int32 priority;
+    int32 fair_key_id;
     MemoryContext mcxt;
     int n;
     Size bytes;
@@ -50,12 +52,13 @@ struct ItemBatch {
     TupleTableSlot *slots[kBatchRows];
 };
 
-ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority) {
+ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority, int32 fair_key_id) {
     check_priority(priority);
     ItemBatch *b = (ItemBatch *)palloc0(sizeof(ItemBatch));
     b->t = t;
     b->queue_id = queue_id;
     b->priority = priority;
+    b->fair_key_id = fair_key_id;
     b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch",
                                     ALLOCSET_DEFAULT_SIZES);
     b->cid = GetCurrentCommandId(true);
@@ -87,6 +90,7 @@ void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
     TupleTableSlot *slot = b->slots[b->n];
     (void)fill_item(slot, b->queue_id, b->priority, (Datum)0, true, group_key, group_null,
                     payload);
+    if (b->fair_key_id >= 0) set_fair_key(slot, b->fair_key_id);
     ExecStoreVirtualTuple(slot);
     b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
     if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);

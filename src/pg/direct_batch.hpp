@@ -11,7 +11,8 @@ namespace pgclaim::pg::direct {
 // batch_add must be allocated in batch_memory(b) (or outlive the batch);
 // that memory is reset after every flush.
 struct ItemBatch;
-ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority);
+// fair_key_id >= 0: every item of the batch carries that fair key.
+ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority, int32 fair_key_id = -1);
 MemoryContext batch_memory(ItemBatch *b);
 void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload);
 // Write what is pending now (values passed so far may then be freed).

@@ -68,6 +68,25 @@ SELECT payload->>'n' AS n FROM claim.claim_next('fair_c', n => 10) ORDER BY 1;
 SELECT f.fair_key, count(*) FROM claim.items i JOIN claim.queues q USING (queue_id)
   JOIN claim.fair_keys f ON f.key_id = i.fair_key_id WHERE q.name = 'fair_c' GROUP BY 1 ORDER BY 1;
 
+-- In a fair queue every path gives an item without a key the default key:
+-- row and statement triggers (also packed batches).
+SELECT claim.create_queue('fair_t', fair => true);
+CREATE TABLE fair_src (id int, grp text);
+CREATE TRIGGER fair_row AFTER INSERT ON fair_src
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('fair_t');
+CREATE TRIGGER fair_stmt AFTER UPDATE ON fair_src REFERENCING NEW TABLE AS n
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('fair_t');
+CREATE TRIGGER fair_packed AFTER DELETE ON fair_src REFERENCING OLD TABLE AS o
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('fair_t', 'grp', 'batch=2');
+INSERT INTO fair_src SELECT g, 'g' || (g % 2) FROM generate_series(1, 3) g;
+UPDATE fair_src SET id = id + 10;
+DELETE FROM fair_src;
+SELECT count(*) AS items, count(*) FILTER (WHERE i.fair_key_id IS NULL) AS without_key
+  FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'fair_t';
+SELECT count(*) AS claimed FROM claim.claim_next('fair_t', n => 100);
+DROP TABLE fair_src;
+SELECT claim.drop_queue('fair_t');
+
 -- Untyped positional calls resolve to one function.
 PREPARE e(unknown, unknown, unknown, unknown, unknown, unknown, unknown, unknown) AS
     SELECT claim.enqueue($1, $2, $3, $4, $5, $6, $7, $8) > 0 AS ok;
