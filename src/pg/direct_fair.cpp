@@ -3,6 +3,7 @@
 
 #include "pg/compat.hpp"
 #include "pg/direct_tables.hpp"
+#include "pg/direct_read.hpp"
 
 extern "C" {
 #include "access/genam.h"
@@ -73,19 +74,7 @@ FairScan *fair_scan_begin(Tables *t, int32 queue_id, int32 key_id, Snapshot snap
 
 bool fair_scan_next(FairScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
                     ItemPointerData *tid) {
-    TupleTableSlot *slot = s->t->scan_slot;
-    while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
-        bool isnull;
-        if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') continue;
-        (void)get(slot, cat.i_run_at, &isnull);
-        if (!isnull) continue;
-        *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
-        *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
-        *group_key = get(slot, cat.i_group, group_null);
-        *tid = slot->tts_tid;
-        return true;
-    }
-    return false;
+    return next_ready_item(s->t, s->scan, id, ord, group_key, group_null, tid);
 }
 
 void fair_scan_end(FairScan *s) {

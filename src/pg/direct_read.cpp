@@ -65,10 +65,10 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
     return s;
 }
 
-bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
-                ItemPointerData *tid) {
-    TupleTableSlot *slot = s->t->scan_slot;
-    while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
+bool next_ready_item(Tables *t, struct IndexScanDescData *scan, int64 *id, int32 *ord, Datum *group_key,
+                     bool *group_null, ItemPointerData *tid) {
+    TupleTableSlot *slot = t->scan_slot;
+    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
         bool isnull;
         // The index predicate holds for every version reached through it;
         // checked anyway, it costs nothing.
@@ -82,6 +82,11 @@ bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *gro
         return true;
     }
     return false;
+}
+
+bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+                ItemPointerData *tid) {
+    return next_ready_item(s->t, s->scan, id, ord, group_key, group_null, tid);
 }
 
 void ready_end(ReadyScan *s) {

@@ -17,6 +17,10 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
 bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
                 ItemPointerData *tid);
 void ready_end(ReadyScan *s);
+// The next ready, unscheduled item that an index scan over claim.items
+// reaches (the scans of items_ready and items_fair); false at the end.
+bool next_ready_item(Tables *t, struct IndexScanDescData *scan, int64 *id, int32 *ord, Datum *group_key,
+                     bool *group_null, ItemPointerData *tid);
 
 struct ClaimRow {
     int64 token;

@@ -15,7 +15,7 @@ use IPC::Run;
 use Time::HiRes qw(usleep);
 use File::Basename qw(dirname);
 use lib dirname(__FILE__);
-use ProxyCluster qw(fnv1a start_proxy_cluster);
+use ProxyCluster qw(background_psql fnv1a start_proxy_cluster);
 
 my $P = 4;
 my $ITEMS = $ENV{PGCLAIM_PROXY_ITEMS} // 100000;
@@ -176,16 +176,7 @@ is(f(q{SELECT claim.unschedule('nightly')}), 't', 'unschedule finds it');
 is(f(q{SELECT claim.unschedule('nightly')}), 'f', 'and it is gone');
 
 # ------------------------------------------------------------- waits
-sub bg
-{
-	my ($sql) = @_;
-	my ($in, $o, $e) = ('', '', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $front->connstr('postgres'),
-		  '-c', $sql ],
-		'<', \$in, '>', \$o, '2>', \$e);
-	return [ $h, \$o, \$e ];
-}
+sub bg { return background_psql($front, $_[0]); }
 
 sub waiters
 {

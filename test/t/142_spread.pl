@@ -19,7 +19,7 @@ use Test::More;
 use File::Basename qw(dirname);
 use File::Spec;
 use lib dirname(__FILE__);
-use ProxyCluster qw(fnv1a start_proxy_cluster);
+use ProxyCluster qw(background_psql fnv1a start_proxy_cluster);
 use IPC::Run;
 use Time::HiRes qw(usleep time);
 
@@ -47,16 +47,7 @@ sub f { return $front->safe_psql('postgres', $_[0]); }
 sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 sub code_of { my ($e) = f("SELECT error_of(\$q\$$_[0]\$q\$)"); return substr($e, 0, 5); }
 
-sub bg
-{
-	my ($sql) = @_;
-	my ($in, $o, $e) = ('', '', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $front->connstr('postgres'),
-		  '-c', $sql ],
-		'<', \$in, '>', \$o, '2>', \$e);
-	return [ $h, \$o, \$e ];
-}
+sub bg { return background_psql($front, $_[0]); }
 
 # ------------------------------------- a fresh install equals an update
 {

@@ -16,8 +16,9 @@ use warnings;
 
 use Exporter 'import';
 use PostgreSQL::Test::Cluster;
+use IPC::Run;
 
-our @EXPORT_OK = qw(fnv1a start_proxy_cluster);
+our @EXPORT_OK = qw(background_psql fnv1a start_proxy_cluster);
 our $SKIP = 'PL/Proxy or pg_claim_proxy is not installed (test/setup.sh installs both)';
 
 # FNV-1a, 32 bits, over the bytes of the key: the routing hash the docs
@@ -28,6 +29,19 @@ sub fnv1a
 	my $h = 0x811c9dc5;
 	$h = (($h ^ $_) * 16777619) & 0xffffffff for unpack('C*', $s);
 	return $h;
+}
+
+# psql running one statement on the node in the background: [harness,
+# \stdout, \stderr] (IPC::Run; finish the harness to collect them).
+sub background_psql
+{
+	my ($node, $sql) = @_;
+	my ($in, $o, $e) = ('', '', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  '-c', $sql ],
+		'<', \$in, '>', \$o, '2>', \$e);
+	return [ $h, \$o, \$e ];
 }
 
 sub start_proxy_cluster
