@@ -78,8 +78,7 @@ bool fair_scan_next(FairScan *s, int64 *id, int32 *ord, Datum *group_key, bool *
 }
 
 void fair_scan_end(FairScan *s) {
-    index_endscan(s->scan);
-    ExecClearTuple(s->t->scan_slot);
+    end_item_scan(s->t, s->scan);
     index_close(s->index, NoLock);
     pfree(s);
 }

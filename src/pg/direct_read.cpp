@@ -89,9 +89,13 @@ bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *gro
     return next_ready_item(s->t, s->scan, id, ord, group_key, group_null, tid);
 }
 
+void end_item_scan(Tables *t, struct IndexScanDescData *scan) {
+    index_endscan(scan);
+    ExecClearTuple(t->scan_slot);
+}
+
 void ready_end(ReadyScan *s) {
-    index_endscan(s->scan);
-    ExecClearTuple(s->t->scan_slot);
+    end_item_scan(s->t, s->scan);
     pfree(s);
 }
 

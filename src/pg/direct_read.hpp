@@ -21,6 +21,8 @@ void ready_end(ReadyScan *s);
 // reaches (the scans of items_ready and items_fair); false at the end.
 bool next_ready_item(Tables *t, struct IndexScanDescData *scan, int64 *id, int32 *ord, Datum *group_key,
                      bool *group_null, ItemPointerData *tid);
+// Ends such a scan (the index stays open).
+void end_item_scan(Tables *t, struct IndexScanDescData *scan);
 
 struct ClaimRow {
     int64 token;

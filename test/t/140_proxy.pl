@@ -15,7 +15,7 @@ use IPC::Run;
 use Time::HiRes qw(usleep);
 use File::Basename qw(dirname);
 use lib dirname(__FILE__);
-use ProxyCluster qw(background_psql fnv1a start_proxy_cluster);
+use ProxyCluster qw(background_psql drain_through_front fnv1a start_proxy_cluster);
 
 my $P = 4;
 my $ITEMS = $ENV{PGCLAIM_PROXY_ITEMS} // 100000;
@@ -26,13 +26,8 @@ sub part_of { return fnv1a($_[0]) & ($P - 1); }
 my ($front, $partsref) = start_proxy_cluster($P) or plan skip_all => $ProxyCluster::SKIP;
 my @parts = @$partsref;
 $front->safe_psql('postgres', q{
-	CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-	BEGIN
-		EXECUTE q;
-		RETURN 'ok';
-	EXCEPTION WHEN OTHERS THEN
-		RETURN SQLSTATE;
-	END $$;
+	CREATE FUNCTION sqlstate_of(q text) RETURNS text LANGUAGE sql
+		AS $$ SELECT split_part(error_of(q), ':', 1) $$;
 });
 
 sub f { return $front->safe_psql('postgres', $_[0]); }
@@ -339,17 +334,8 @@ SQL
 close $fh;
 
 # Random queues: rounds until every queue is empty (each round is bounded).
-my $rounds = 0;
-while ($rounds < 20)
-{
-	$rounds++;
-	$front->command_ok(
-		[ 'pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2',
-		  '-t', int($total / 50 / 8 * 1.5) + 20, '-f', $script, 'postgres' ],
-		"8 workers through the front, round $rounds");
-	last if f(q{SELECT coalesce(sum(ready + claimed), 0) FROM claim.queue_stats
-		WHERE queue LIKE 'd%'}) == 0;
-}
+my $rounds = drain_through_front($front, $script, int($total / 50 / 8 * 1.5) + 20,
+	q{SELECT coalesce(sum(ready + claimed), 0) FROM claim.queue_stats WHERE queue LIKE 'd%'});
 note("drained in $rounds pgbench rounds");
 is(f(q{SELECT count(*) FROM done}), $total, 'every item was delivered');
 is(f(q{SELECT count(*) FROM (SELECT DISTINCT queue, id FROM done) d}), $total,

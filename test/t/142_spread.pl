@@ -19,7 +19,7 @@ use Test::More;
 use File::Basename qw(dirname);
 use File::Spec;
 use lib dirname(__FILE__);
-use ProxyCluster qw(background_psql fnv1a start_proxy_cluster);
+use ProxyCluster qw(background_psql drain_through_front fnv1a start_proxy_cluster);
 use IPC::Run;
 use Time::HiRes qw(usleep time);
 
@@ -33,15 +33,6 @@ sub part_of { return fnv1a($_[0]) & ($P - 1); }
 my ($front, $partsref, $dsnref) = start_proxy_cluster($P) or plan skip_all => $ProxyCluster::SKIP;
 my @parts = @$partsref;
 my @dsn = @$dsnref;
-$front->safe_psql('postgres', q{
-	CREATE FUNCTION error_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-	BEGIN
-		EXECUTE q;
-		RETURN 'ok';
-	EXCEPTION WHEN OTHERS THEN
-		RETURN SQLSTATE || ': ' || SQLERRM;
-	END $$;
-});
 
 sub f { return $front->safe_psql('postgres', $_[0]); }
 sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
@@ -198,16 +189,8 @@ SELECT claim.complete_many(':toks'::bigint[]);
 SQL
 	close $fh;
 	my $t0 = time;
-	my $rounds = 0;
-	while ($rounds < 20)
-	{
-		$rounds++;
-		$front->command_ok(
-			[ 'pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2',
-			  '-t', int($ITEMS / 50 / 8 * 1.2) + 20, '-f', $script, 'postgres' ],
-			"8 workers through the front, round $rounds");
-		last if f(q{SELECT ready + claimed FROM claim.queue_stats WHERE queue = 'big'}) == 0;
-	}
+	my $rounds = drain_through_front($front, $script, int($ITEMS / 50 / 8 * 1.2) + 20,
+		q{SELECT ready + claimed FROM claim.queue_stats WHERE queue = 'big'});
 	note(sprintf('drained %d items in %d pgbench rounds, %.1f s', $ITEMS, $rounds, time - $t0));
 	is(f(q{SELECT count(*) FROM done}), $ITEMS, 'every item was delivered');
 	is(f(q{SELECT count(*) FROM (SELECT DISTINCT part, id FROM done) d}), $ITEMS,

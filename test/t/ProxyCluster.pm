@@ -8,7 +8,8 @@
 #
 # Nodes 'front' and 'part0'..'partP-1'; partition k has claim.set_partition(k);
 # the front's server claim_cluster has p0..pP-1 (connect_timeout=2) and a user
-# mapping for PUBLIC. $dsn: the partitions' connection strings.
+# mapping for PUBLIC; on the front, error_of(q) runs q and returns 'ok' or
+# 'SQLSTATE: message'. $dsn: the partitions' connection strings.
 package ProxyCluster;
 
 use strict;
@@ -18,7 +19,7 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use IPC::Run;
 
-our @EXPORT_OK = qw(background_psql fnv1a start_proxy_cluster);
+our @EXPORT_OK = qw(background_psql drain_through_front fnv1a start_proxy_cluster);
 our $SKIP = 'PL/Proxy or pg_claim_proxy is not installed (test/setup.sh installs both)';
 
 # FNV-1a, 32 bits, over the bytes of the key: the routing hash the docs
@@ -42,6 +43,25 @@ sub background_psql
 		  '-c', $sql ],
 		'<', \$in, '>', \$o, '2>', \$e);
 	return [ $h, \$o, \$e ];
+}
+
+# 8 pgbench workers through the front, each running the script $per_client
+# times, in rounds until $left_sql (a count) says 0, at most 20 rounds; each
+# round is a test. Returns the number of rounds.
+sub drain_through_front
+{
+	my ($front, $script, $per_client, $left_sql) = @_;
+	my $rounds = 0;
+	while ($rounds < 20)
+	{
+		$rounds++;
+		$front->command_ok(
+			[ 'pgbench', '-n', '-M', 'simple', '-c', '8', '-j', '2',
+			  '-t', $per_client, '-f', $script, 'postgres' ],
+			"8 workers through the front, round $rounds");
+		last if $front->safe_psql('postgres', $left_sql) == 0;
+	}
+	return $rounds;
 }
 
 sub start_proxy_cluster
@@ -79,6 +99,13 @@ sub start_proxy_cluster
 		CREATE EXTENSION pg_claim_proxy CASCADE;
 		CREATE SERVER claim_cluster FOREIGN DATA WRAPPER plproxy OPTIONS ($opts);
 		CREATE USER MAPPING FOR PUBLIC SERVER claim_cluster OPTIONS (user '$user');
+		CREATE FUNCTION public.error_of(q text) RETURNS text LANGUAGE plpgsql AS \$\$
+		BEGIN
+			EXECUTE q;
+			RETURN 'ok';
+		EXCEPTION WHEN OTHERS THEN
+			RETURN SQLSTATE || ': ' || SQLERRM;
+		END \$\$;
 	});
 	return ($front, \@parts, \@dsn);
 }
