@@ -377,9 +377,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 }  // namespace
 
 PGCLAIM_FUNCTION(pgclaim_claim_next) {
-    pg::require_arg(fcinfo, 0, "queue");
-    pg::require_arg(fcinfo, 1, "n");
-    pg::require_arg(fcinfo, 3, "wait");
+    pg::require_args(fcinfo, "queue", "n", nullptr, "wait");
     pg::require_primary("claim.claim_next");
     PreventCommandIfReadOnly("claim.claim_next()");
     char *name = pg::arg_cstring(fcinfo, 0);

@@ -460,9 +460,7 @@ void fair_source_end(FairSource *s) {
 // claim.set_fair_weight(queue text, fair_key text, weight int): the key's
 // weight in the queue (the key is added when it is new).
 PGCLAIM_FUNCTION(pgclaim_set_fair_weight) {
-    pg::require_arg(fcinfo, 0, "queue");
-    pg::require_arg(fcinfo, 1, "fair_key");
-    pg::require_arg(fcinfo, 2, "weight");
+    pg::require_args(fcinfo, "queue", "fair_key", "weight");
     pg::require_primary("claim.set_fair_weight");
     char *name = pg::arg_cstring(fcinfo, 0);
     api::check_key_length(PG_GETARG_TEXT_PP(1), "fair_key");

@@ -267,9 +267,7 @@ int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
 }  // namespace
 
 PGCLAIM_FUNCTION(pgclaim_group_claim) {
-    pg::require_arg(fcinfo, 0, "queue");
-    pg::require_arg(fcinfo, 1, "max_items");
-    pg::require_arg(fcinfo, 3, "wait");
+    pg::require_args(fcinfo, "queue", "max_items", nullptr, "wait");
     pg::require_primary("claim.group_claim");
     char *name = pg::arg_cstring(fcinfo, 0);
     int32 max_items = PG_GETARG_INT32(1);
