@@ -202,7 +202,10 @@ bool fair_queue(int32 queue_id) {
 
 int32 fair_key_arg(FunctionCallInfo fcinfo, int argno, int32 queue_id) {
     if (PG_NARGS() <= argno || PG_ARGISNULL(argno)) return fair_key_default(queue_id);
-    text *key = PG_GETARG_TEXT_PP(argno);
+    return fair_key_text(queue_id, PG_GETARG_TEXT_PP(argno));
+}
+
+int32 fair_key_text(int32 queue_id, text *key) {
     check_key_length(key, "fair_key");
     if (!direct::fair_catalog())
         pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "Run ALTER EXTENSION pg_claim UPDATE."},

@@ -20,6 +20,8 @@ bool fair_queue(int32 queue_id);
 // key becomes active in the scheduler when the transaction commits. SPI
 // need not be connected.
 int32 fair_key_arg(FunctionCallInfo fcinfo, int argno, int32 queue_id);
+// The same for a key given as text (enqueue_trigger's fair_key column).
+int32 fair_key_text(int32 queue_id, text *key);
 // The same for items enqueued without a fair_key argument (triggers).
 int32 fair_key_default(int32 queue_id);
 // Items written by SQL (dedup, `after`) get their fair key afterwards (SPI

@@ -17,6 +17,7 @@ struct Change {
     int32 priority;
     bool coalesce;
     int32 batch;        // rows per item ('batch'), 0 for one item per row
+    int fair_att;       // column of the fair key ('fair_key=col'), 0 for none
     const char *op;
     const char *schema;
     const char *table;

@@ -80,12 +80,15 @@ int32 change_queue(direct::Tables *t, const Change &ch) {
     return api::producer_queue(t, CStringGetTextDatum(ch.queue), ch.queue);
 }
 
-void insert_direct(const Change &ch, Datum payload, Datum group) {
+void insert_direct(const Change &ch, Datum payload, Datum group, Datum fair_key) {
     direct::Tables *t = direct::open(direct::Mode::Enqueue);
     int32 qid = change_queue(t, ch);
-    // In a fair queue the item gets the default fair key (docs/fairness.md).
+    // Without a key of its own the item gets the queue's default fair key
+    // when the queue is fair (docs/fairness.md).
+    int32 key = fair_key != (Datum)0 ? api::fair_key_text(qid, DatumGetTextPP(fair_key))
+                                     : api::fair_key_default(qid);
     direct::item_insert(t, qid, ch.priority, (Datum)0, true, group, group == (Datum)0, payload,
-                        api::fair_key_default(qid));
+                        key);
     direct::close(t);
     CommandCounterIncrement();
     shmem::count(qid, shmem::Metric::Enqueued);

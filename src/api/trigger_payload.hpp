@@ -21,6 +21,7 @@ Datum build_payload(const Change &ch, pg::RowJson *rj, Side nw, Side old);
 // it does not exist.
 int32 change_queue(pg::direct::Tables *t, const Change &ch);
 // One new item, without SQL (see pg/direct.hpp). group: text or (Datum)0.
-void insert_direct(const Change &ch, Datum payload, Datum group);
+// fair_key: the item's fair key (text), or 0 for the queue's default.
+void insert_direct(const Change &ch, Datum payload, Datum group, Datum fair_key = (Datum)0);
 
 }  // namespace pgclaim::api::trigger

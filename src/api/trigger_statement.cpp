@@ -221,8 +221,11 @@ void statement_items(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch,
         Datum payload = build_payload(ch, w.rj, Side{nw, 0}, Side{old, 0});
         Datum group =
             group_att > 0 ? pg::rowjson_text(w.rj, nw ? nw : old, group_att) : (Datum)0;
+        Datum fair =
+            ch.fair_att > 0 ? pg::rowjson_text(w.rj, nw ? nw : old, ch.fair_att) : (Datum)0;
         MemoryContextSwitchTo(prev);
-        direct::batch_add(w.b, group, group == (Datum)0, payload);
+        int32 key = fair != (Datum)0 ? api::fair_key_text(w.qid, DatumGetTextPP(fair)) : -1;
+        direct::batch_add(w.b, group, group == (Datum)0, payload, key);
         CHECK_FOR_INTERRUPTS();
     }
     statement_end(&w);

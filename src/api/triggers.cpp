@@ -62,7 +62,9 @@ void row_level(FunctionCallInfo fcinfo, TriggerData *td, const Change &ch, int g
     }
     Datum group = group_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, group_att) : (Datum)0;
     if (!ch.coalesce || group == (Datum)0) {
-        insert_direct(ch, build_payload(ch, rj, Side{nw, 0}, Side{old, 0}), group);
+        Datum fair =
+            ch.fair_att > 0 ? pg::rowjson_text(rj, nw ? nw : old, ch.fair_att) : (Datum)0;
+        insert_direct(ch, build_payload(ch, rj, Side{nw, 0}, Side{old, 0}), group, fair);
         return;
     }
     Datum nj = nw ? row_jsonb(rj, nw) : (Datum)0;
@@ -139,7 +141,19 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_trigger) {
         }
     }
 
+    int fair_att = 0;
+    if (opts.fair_column[0] != '\0') {
+        fair_att = SPI_fnumber(RelationGetDescr(rel), opts.fair_column);
+        if (fair_att <= 0)
+            pg::error({ERRCODE_UNDEFINED_COLUMN,
+                       "Option fair_key=column names a column of the table (case-sensitive, "
+                       "not quoted)."},
+                      "trigger \"%s\" on table \"%s\": fair_key column \"%s\" does not exist",
+                      tg->tgname, table, opts.fair_column);
+    }
+
     Change ch;
+    ch.fair_att = fair_att;
     ch.queue = opts.queue;
     ch.priority = opts.priority;
     ch.coalesce = opts.coalesce;

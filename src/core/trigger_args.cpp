@@ -16,7 +16,7 @@ namespace {
 
 const char *kUsage =
     "Use EXECUTE FUNCTION claim.enqueue_trigger('queue' [, 'group_column' [, 'coalesce' | "
-    "'priority=N' | 'batch=N' ...]]); pass '' as group_column for none.";
+    "'priority=N' | 'batch=N' | 'fair_key=column' ...]]); pass '' as group_column for none.";
 
 std::string lower(std::string s) {
     for (auto &c : s)
@@ -108,10 +108,23 @@ TriggerOptions parse_trigger_args(const char *trigger, int nargs, const char *co
                 throw Error(sqlstate::kInvalidValue,
                             prefix(trigger) + "option batch is given twice", kUsage);
             o.batch = parse_batch(trigger, has_value, value);
+        } else if (name == "fair_key") {
+            if (o.fair_column[0] != '\0')
+                throw Error(sqlstate::kInvalidValue,
+                            prefix(trigger) + "option fair_key is given twice", kUsage);
+            if (value.empty())
+                throw Error(sqlstate::kInvalidValue,
+                            prefix(trigger) + "option fair_key needs a column name",
+                            "Write it as 'fair_key=tenant_id'.");
+            if (value.size() > static_cast<size_t>(kMaxColumnNameBytes))
+                throw Error("42622",
+                            prefix(trigger) + "fair_key column name is longer than 63 bytes",
+                            kUsage);
+            std::memcpy(o.fair_column, value.data(), value.size());
         } else {
             throw Error(sqlstate::kInvalidValue,
                         prefix(trigger) + "unknown option \"" + raw + "\"",
-                        "Options are 'coalesce', 'priority=N' and 'batch[=N]'.");
+                        "Options are 'coalesce', 'priority=N', 'batch[=N]' and 'fair_key=column'.");
         }
     }
     if (o.coalesce && o.group_column[0] == '\0')
@@ -124,6 +137,11 @@ TriggerOptions parse_trigger_args(const char *trigger, int nargs, const char *co
                     prefix(trigger) + "options coalesce and batch exclude each other",
                     "coalesce merges changes into pending items one by one; batch packs the "
                     "changed rows of one statement into items. Choose one.");
+    if (o.fair_column[0] != '\0' && (o.coalesce || o.batch != 0))
+        throw Error(sqlstate::kInvalidValue,
+                    prefix(trigger) + "option fair_key excludes coalesce and batch",
+                    "A coalesced or packed item gathers the changes of several rows, which may "
+                    "belong to different fair keys. Use fair_key with one item per change.");
     return o;
 }
 

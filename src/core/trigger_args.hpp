@@ -14,6 +14,10 @@
 //                                 carrying up to N of the statement's changed
 //                                 rows, in statement order (default N 1000,
 //                                 at most 10000); not with coalesce
+//                 'fair_key=col'  the item's fair key (docs/fairness.md) is the
+//                                 text form of column col (NEW, or OLD on
+//                                 DELETE; NULL: the queue's default key); not
+//                                 with coalesce or batch
 // Option names are case-insensitive; each may appear once.
 #pragma once
 
@@ -29,6 +33,7 @@ inline constexpr int32_t kMaxTriggerBatch = 10000;
 struct TriggerOptions {
     char queue[64];
     char group_column[64];  // "" when there is no group column
+    char fair_column[64];   // "" without 'fair_key=col'
     bool coalesce;
     int32_t priority;
     int32_t batch;  // rows per item with 'batch'; 0 without it

@@ -83,14 +83,15 @@ void batch_flush(ItemBatch *b) {
     MemoryContextReset(b->mcxt);
 }
 
-void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload) {
+void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload, int32 fair_key_id) {
     Tables *t = b->t;
     if (b->slots[b->n] == nullptr)
         b->slots[b->n] = MakeSingleTupleTableSlot(RelationGetDescr(t->items), &TTSOpsVirtual);
     TupleTableSlot *slot = b->slots[b->n];
     (void)fill_item(slot, b->queue_id, b->priority, (Datum)0, true, group_key, group_null,
                     payload);
-    if (b->fair_key_id >= 0) set_fair_key(slot, b->fair_key_id);
+    if (fair_key_id < 0) fair_key_id = b->fair_key_id;
+    if (fair_key_id >= 0) set_fair_key(slot, fair_key_id);
     ExecStoreVirtualTuple(slot);
     b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
     if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);

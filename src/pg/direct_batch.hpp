@@ -14,7 +14,9 @@ struct ItemBatch;
 // fair_key_id >= 0: every item of the batch carries that fair key.
 ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority, int32 fair_key_id = -1);
 MemoryContext batch_memory(ItemBatch *b);
-void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload);
+// fair_key_id >= 0: this item's fair key instead of the batch's.
+void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload,
+               int32 fair_key_id = -1);
 // Write what is pending now (values passed so far may then be freed).
 void batch_flush(ItemBatch *b);
 // Writes what is pending and frees the batch; returns how many items it

@@ -85,6 +85,29 @@ SELECT count(*) AS items, count(*) FILTER (WHERE i.fair_key_id IS NULL) AS witho
   FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'fair_t';
 SELECT count(*) AS claimed FROM claim.claim_next('fair_t', n => 100);
 DROP TABLE fair_src;
+-- fair_key=column: the item's key is the column's text (NULL: the default
+-- key), row and statement level; not with coalesce or batch.
+CREATE TABLE fair_orders (id int, tenant text);
+CREATE TRIGGER fair_row_key AFTER INSERT ON fair_orders
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('fair_t', '', 'fair_key=tenant');
+CREATE TRIGGER fair_stmt_key AFTER DELETE ON fair_orders REFERENCING OLD TABLE AS o
+    FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('fair_t', '', 'fair_key=tenant');
+INSERT INTO fair_orders VALUES (1, 'acme'), (2, 'bob'), (3, NULL), (4, 'acme');
+DELETE FROM fair_orders;
+SELECT coalesce(f.fair_key, '(none)') AS fair_key, count(*)
+  FROM claim.items i JOIN claim.queues q USING (queue_id)
+  LEFT JOIN claim.fair_keys f ON f.queue_id = i.queue_id AND f.key_id = i.fair_key_id
+ WHERE q.name = 'fair_t' GROUP BY 1 ORDER BY 1;
+\set VERBOSITY sqlstate
+CREATE TRIGGER fair_bad AFTER INSERT ON fair_orders
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('fair_t', '', 'fair_key=nope');
+INSERT INTO fair_orders VALUES (5, 'x');
+DROP TRIGGER fair_bad ON fair_orders;
+CREATE TRIGGER fair_bad AFTER INSERT ON fair_orders
+    FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('fair_t', 'id', 'coalesce', 'fair_key=tenant');
+INSERT INTO fair_orders VALUES (5, 'x');
+\set VERBOSITY default
+DROP TABLE fair_orders;
 SELECT claim.drop_queue('fair_t');
 
 -- Untyped positional calls resolve to one function.

@@ -107,6 +107,19 @@ TEST(TriggerArgs, DuplicateOptions) {
     EXPECT_EQ(code_of({"q", "id", "coalesce=yes"}), "22023");
 }
 
+TEST(TriggerArgs, FairKeyColumn) {
+    EXPECT_STREQ(parse({"q", "", "fair_key=tenant"}).fair_column, "tenant");
+    EXPECT_STREQ(parse({"q", "id", "FAIR_KEY=Tenant", "priority=2"}).fair_column, "Tenant");
+    EXPECT_STREQ(parse({"q", "id"}).fair_column, "");
+    EXPECT_EQ(code_of({"q", "id", "fair_key="}), "22023");
+    EXPECT_EQ(code_of({"q", "id", "fair_key"}), "22023");
+    EXPECT_EQ(code_of({"q", "id", "fair_key=a", "fair_key=b"}), "22023");
+    EXPECT_EQ(code_of({"q", "id", "fair_key=a", "coalesce"}), "22023");
+    EXPECT_EQ(code_of({"q", "id", "batch", "fair_key=a"}), "22023");
+    std::string c = "fair_key=" + std::string(64, 'c');
+    EXPECT_EQ(code_of({"q", "id", c.c_str()}), "42622");
+}
+
 TEST(TriggerArgs, CoalesceNeedsGroup) {
     EXPECT_EQ(code_of({"q", "", "coalesce"}), "22023");
     EXPECT_NE(message_of({"q", "", "coalesce"}).find("needs a group column"), std::string::npos);
