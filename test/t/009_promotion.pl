@@ -157,12 +157,13 @@ my %writes = (
 	'guard_abandon' => "SELECT claim.guard_abandon('G', $guard_token)",
 	'schedule'      => q{SELECT claim.schedule('sched2', '* * * * *', 's')},
 	'unschedule'    => q{SELECT claim.unschedule('sched')},
-	'set_partition' => q{SELECT claim.set_partition(1)},);
+	'set_partition' => q{SELECT claim.set_partition(1)},
+	'set_fair_weight' => q{SELECT claim.set_fair_weight('s', 'k', 2)},);
 # Functions that only read (they work on a standby), and the trigger
 # functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
   queue_counters metrics worker_status lock_table enqueue_trigger _claim_rows _claim_times _lease_releases
-  _finished_ring_restore);
+  _finished_ring_restore _fair_state);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
