@@ -288,6 +288,12 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             }
             met_any = true;
             CHECK_FOR_INTERRUPTS();
+            // Locked by another transaction (most often a claimer that
+            // took it a moment ago): skipped without probing its claim.
+            if (group_null && pg::item_busy(id)) {
+                api::walk_pass_busy(&w, ScanPos{ord, id});
+                continue;
+            }
             direct::ClaimRow c{};
             bool has = direct::claim_of(t, id, scan_snap, &c);
             if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;

@@ -17,6 +17,7 @@ void forget_hints(int32 queue_id) {
     pg::call_core([&] { hints().forget(queue_id); });
     forget_empty(queue_id);
     shmem::frontier_forget(pg::direct::items_relid(), queue_id);
+    forget_at_commit(queue_id);
 }
 
 bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at) {

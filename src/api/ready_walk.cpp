@@ -87,9 +87,12 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     ScanPos start = w->start;
     bool from_head = true;
     int64 own_expires = PG_INT64_MAX;
+    shmem::Frontier f = shmem::frontier_get(pg::direct::items_relid(), queue_id, now);
+    uint64 epoch = f.epoch;
+    w->epoch = epoch;
     pg::call_core([&] {
         int64_t e = INT64_MAX;
-        if (auto s = hints().start(queue_id, now, &e)) {
+        if (auto s = hints().start(queue_id, now, &e, epoch)) {
             start = *s;
             from_head = false;
             own_expires = e;
@@ -97,15 +100,17 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
     });
     // What this walk publishes holds no longer than where it started.
     w->start_expires = own_expires;
-    // Between its own walks from the head, a backend starts at the shared
-    // frontier when that is further on (see shmem/frontier.hpp).
-    ScanPos f;
-    TimestampTz f_expires;
-    if (!from_head &&
-        shmem::frontier_get(pg::direct::items_relid(), queue_id, now, &f, &f_expires) &&
-        (f.ord > start.ord || (f.ord == start.ord && f.id > start.id))) {
-        start = f;
-        w->start_expires = f_expires;
+    // A backend starts at the shared frontier when that is further on than
+    // its own position (see shmem/frontier.hpp); when its own walk from the
+    // head is due, it starts there too while another backend's recent walk
+    // from the head vouches for the frontier: one walk from the head per
+    // validity period for the queue, not one per backend.
+    if (f.valid && (from_head ? now < f.head_until
+                              : (f.pos.ord > start.ord ||
+                                 (f.pos.ord == start.ord && f.pos.id > start.id)))) {
+        start = f.pos;
+        from_head = false;
+        w->start_expires = f.expires;
     }
     w->start = start;
     w->from_head = from_head;
@@ -168,15 +173,31 @@ void forget_on_abort() noexcept {
     }
     for (int i = 0; i < nadvanced; ++i)
         shmem::frontier_forget(advanced_items, advanced_queues[i]);
+    if (advanced_overflow) shmem::frontier_forget_all();
     nadvanced = 0;
     advanced_overflow = false;
 }
 
+// Queues whose items the open transaction makes ready behind positions
+// (release, fail, redrive, ...): their frontiers are forgotten again once it
+// commits, so a scan that ran in between publishes nothing past them.
+int32 commit_queues[kMaxAdvanced];
+int ncommit;
+Oid commit_items;
+
 void on_xact_end(XactEvent event, void *) {
-    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) {
+    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+        event == XACT_EVENT_PREPARE) {
+        // A prepared transaction may still roll back, in another session:
+        // what it claimed is treated as given back now (while it stays
+        // prepared, its items stay locked and scans stop at them).
         forget_on_abort();
-    } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-               event == XACT_EVENT_PREPARE) {
+        if (event == XACT_EVENT_PREPARE)
+            for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
+        ncommit = 0;
+    } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
+        for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
+        ncommit = 0;
         nadvanced = 0;
         advanced_overflow = false;
     }
@@ -210,11 +231,29 @@ void note_advanced(int32 queue_id) {
 }
 }  // namespace
 
+void forget_at_commit(int32 queue_id) {
+    if (!IsTransactionState()) return;
+    register_xact_callbacks();
+    commit_items = pg::direct::items_relid();
+    for (int i = 0; i < ncommit; ++i)
+        if (commit_queues[i] == queue_id) return;
+    if (ncommit < kMaxAdvanced) commit_queues[ncommit++] = queue_id;
+}
+
 void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
+    // Other walks may pass this item while it is locked (walk_pass_busy):
+    // should this transaction roll back, its abort forgets the queue's
+    // positions everywhere (forget_on_abort).
+    w->advanced = true;
     if (!w->hint_have || !(w->hint_pos == pos)) return;
     w->hint_pos = ScanPos{pos.ord, pos.id + 1};  // (ord, id) >= this: strictly after
     if (lease_until < w->claims_end) w->claims_end = lease_until;
-    w->advanced = true;
+}
+
+void walk_pass_busy(ReadyWalk *w, ScanPos pos) {
+    if (w->hint_done) return;
+    w->hint_pos = pos;
+    w->hint_have = true;
 }
 
 void walk_kill_dead(ReadyWalk *w) {
@@ -233,11 +272,14 @@ void walk_end(ReadyWalk *w) {
     pg::call_core([&] {
         hints().record(c.queue_id, c.from_head,
                        c.hint_have ? std::optional<ScanPos>(c.hint_pos) : std::nullopt, c.walk_us,
-                       c.now, c.claims_end);
+                       c.now, c.claims_end, c.epoch);
     });
-    if (c.hint_have)
+    if (c.hint_have) {
+        TimestampTz head_until = 0;
+        if (c.from_head) pg::call_core([&] { head_until = c.now + ScanHints::validity_us(c.walk_us); });
         shmem::frontier_put(pg::direct::items_relid(), c.queue_id, c.hint_pos, c.now,
-                             c.claims_end);
+                            c.claims_end, c.epoch, head_until);
+    }
 }
 
 }  // namespace pgclaim::api

@@ -38,7 +38,8 @@ struct ReadyWalk {
     TimestampTz t0;
     int64 *dead;
     int ndead, dead_cap;
-    bool advanced;  // the hint moved past an item this walk claimed
+    bool advanced;  // the walk claimed an item
+    uint64 epoch;   // the queue's forget epoch when it started (shmem/frontier.hpp)
 };
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
 
@@ -56,6 +57,18 @@ void forget_empty(int32 queue_id);
 // attempt). True when it may be claimed: no live claim and attempts left.
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);
 void walk_kill_dead(ReadyWalk *w);
+// An item at `pos` whose lock another open transaction holds (a claimer on
+// it, or a completion): skipped, and the hint may move past it as past a
+// live claim. Only for items without a group key: a claimer may give a
+// group's item back under its lock (the group rule), and such an item must
+// stop the hint. Should that transaction give the item back by rolling
+// back, its abort moves the queue's forget epoch (walk_claimed), and every
+// position that passed the item stops holding.
+void walk_pass_busy(ReadyWalk *w, ScanPos pos);
+// The queue's shared frontier is forgotten once more when the open
+// transaction commits (forget_hints: what it made ready becomes visible
+// then). At most 16 queues a transaction; no raise.
+void forget_at_commit(int32 queue_id);
 // The walk claimed the item at `pos` (live until `lease_until` once this
 // transaction commits): when the hint stands at it, the next walk may start
 // right after it. Should the transaction (or a subtransaction) abort, the

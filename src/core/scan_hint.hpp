@@ -40,16 +40,20 @@ public:
 
     // The position to start from, or nothing to start at the head;
     // *expires_us (when given) is set to when that position stops holding.
+    // `epoch` is the queue's forget epoch now (any backend that may have
+    // made items ready behind positions moves it): a position recorded
+    // under another epoch does not hold.
     std::optional<ScanPos> start(int32_t queue_id, int64_t now_us,
-                                 int64_t *expires_us = nullptr) const;
+                                 int64_t *expires_us = nullptr, uint64_t epoch = 0) const;
 
     // After a scan: `from_head` tells where it started, `first` is the first
     // visible item it met that was not under a live claim (or the last one
     // it met, if all were), `walk_us` how long the first fetch took, and
     // `claims_end_us` the earliest lease end among the claimed items it
     // passed before `first` (INT64_MAX if none).
+    // `epoch`: the queue's forget epoch when the scan started.
     void record(int32_t queue_id, bool from_head, std::optional<ScanPos> first, int64_t walk_us,
-                int64_t now_us, int64_t claims_end_us = INT64_MAX);
+                int64_t now_us, int64_t claims_end_us = INT64_MAX, uint64_t epoch = 0);
 
     // Something may have appeared before the position (this backend redrove,
     // released or promoted items): next scan starts at the head.
@@ -64,6 +68,7 @@ private:
         int64_t head_walk_at_us;  // when the scan last started at the head
         int64_t head_walk_cost_us;
         int64_t expires_us;  // earliest lease end passed over
+        uint64_t epoch;      // the queue's forget epoch it was recorded under
     };
     std::unordered_map<int32_t, Hint> hints_;
 };

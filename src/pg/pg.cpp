@@ -191,6 +191,8 @@ bool lock_item(int64_t item_id, bool wait) {
 
 void unlock_item(int64_t item_id) { xact_unlock(LockSpace::Item, (uint64)item_id); }
 
+bool item_busy(int64_t item_id) { return xact_lock_busy(LockSpace::Item, (uint64)item_id); }
+
 bool lock_lease(uint64 key, bool wait) { return xact_lock(LockSpace::LeaseSlot, key, wait); }
 
 void unlock_lease(uint64 key) { xact_unlock(LockSpace::LeaseSlot, key); }

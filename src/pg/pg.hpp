@@ -153,6 +153,9 @@ Datum int8_array(const int64 *v, int n);
 // Lock an item: claimers try (skip when busy); everyone else waits.
 bool lock_item(int64_t item_id, bool wait);
 void unlock_item(int64_t item_id);
+// Another open transaction holds the item's lock now (pg/xact_locks.hpp:
+// xact_lock_busy); takes nothing.
+bool item_busy(int64_t item_id);
 // Lock a lease slot by a 64-bit key (a hash of name and slot): acquirers
 // try (skip when busy), lease_assert waits and keeps it until the
 // transaction ends.

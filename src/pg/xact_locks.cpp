@@ -460,6 +460,20 @@ void xact_unlock(LockSpace space, uint64 key) {
     release_shared(k);
 }
 
+bool xact_lock_busy(LockSpace space, uint64 key) {
+    if (shash.htab == nullptr) return false;
+    Key k = make_key(space, key);
+    if (held != nullptr && hash_search(held, &k, HASH_FIND, nullptr) != nullptr) return false;
+    uint32 hash = get_hash_value(shash.htab, &k);
+    uint32 part = partition_of(hash);
+    LWLockAcquire(lock_of(part), LW_SHARED);
+    bool found;
+    Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
+    bool busy = found && !e->prepared;
+    LWLockRelease(lock_of(part));
+    return busy;
+}
+
 void xact_locks_release_all() {
     if (shash.htab != nullptr) release_all();
 }

@@ -40,6 +40,11 @@ void xact_locks_shmem_init();
 bool xact_lock(LockSpace space, uint64 key, bool wait);
 // Gives back one hold of a lock this transaction took.
 void xact_unlock(LockSpace space, uint64 key);
+// Whether another open transaction holds the lock on `key` now: a look
+// under the partition's lock in shared mode, taking nothing. False for a
+// lock this transaction holds, for one held by a prepared transaction (the
+// caller's try of the lock finds out), and without the preload.
+bool xact_lock_busy(LockSpace space, uint64 key);
 
 // Gives back every lock of the ending transaction now (the transaction
 // callbacks do it too; waking waiters calls it first, so that they find the

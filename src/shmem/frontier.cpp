@@ -27,28 +27,36 @@ bool after(ScanPos a, int32 ord, int64 id) { return a.ord > ord || (a.ord == ord
 
 }  // namespace
 
-bool frontier_get(Oid items, int32 queue_id, TimestampTz now, ScanPos *pos,
-                  TimestampTz *expires) {
-    if (shared == nullptr || !OidIsValid(items)) return false;
+Frontier frontier_get(Oid items, int32 queue_id, TimestampTz now) {
+    Frontier f{};
+    if (shared == nullptr || !OidIsValid(items)) return f;
     FrontierSlot *s = slot_of(items, queue_id);
-    bool ok = false;
     SpinLockAcquire(&s->mutex);
+    f.epoch = s->epoch;
     if (mine(s, items, queue_id) && now < s->expires) {
-        *pos = ScanPos{s->ord, s->id};
-        *expires = s->expires;
-        ok = true;
+        f.valid = true;
+        f.pos = ScanPos{s->ord, s->id};
+        f.expires = s->expires;
+        f.head_until = s->head_until;
     }
     SpinLockRelease(&s->mutex);
-    return ok;
+    return f;
 }
 
-void frontier_put(Oid items, int32 queue_id, ScanPos pos, TimestampTz now, TimestampTz expires) {
+void frontier_put(Oid items, int32 queue_id, ScanPos pos, TimestampTz now, TimestampTz expires,
+                  uint64 epoch, TimestampTz head_until) {
     if (shared == nullptr || !OidIsValid(items)) return;
     if (expires > now + kMaxAheadUs) expires = now + kMaxAheadUs;
     if (expires <= now) return;
     FrontierSlot *s = slot_of(items, queue_id);
     SpinLockAcquire(&s->mutex);
-    if (!mine(s, items, queue_id) || now >= s->expires || after(pos, s->ord, s->id)) {
+    bool own = mine(s, items, queue_id);
+    if (s->epoch == epoch &&
+        (head_until > 0 || !own || now >= s->expires || after(pos, s->ord, s->id))) {
+        if (head_until > 0)
+            s->head_until = head_until;
+        else if (!own)
+            s->head_until = 0;  // no walk from the head vouches for it yet
         s->valid = true;
         s->db = MyDatabaseId;
         s->items = items;
@@ -65,7 +73,19 @@ void frontier_forget(Oid items, int32 queue_id) {
     FrontierSlot *s = slot_of(items, queue_id);
     SpinLockAcquire(&s->mutex);
     if (mine(s, items, queue_id)) s->valid = false;
+    ++s->epoch;
     SpinLockRelease(&s->mutex);
+}
+
+void frontier_forget_all() {
+    if (shared == nullptr) return;
+    for (int i = 0; i < kFrontierSlots; ++i) {
+        FrontierSlot *s = &shared->frontiers[i];
+        SpinLockAcquire(&s->mutex);
+        if (s->db == MyDatabaseId) s->valid = false;
+        ++s->epoch;
+        SpinLockRelease(&s->mutex);
+    }
 }
 
 }  // namespace pgclaim::shmem

@@ -19,15 +19,35 @@
 
 namespace pgclaim::shmem {
 
-// The frontier of the queue if one is valid at `now`.
-bool frontier_get(Oid items_relid, int32 queue_id, TimestampTz now, ScanPos *pos,
-                  TimestampTz *expires);
-// Publish a position (kept when it is further than the current one, or the
-// current one expired); `expires` is capped at now + 5 s.
+// What the slot of a queue holds at `now`.
+struct Frontier {
+    uint64 epoch;            // the queue's forget epoch (always set)
+    bool valid;              // a position holds at `now`:
+    ScanPos pos;             //   where a scan may start
+    TimestampTz expires;     //   until when
+    TimestampTz head_until;  //   until when the last walk from the head vouches for it
+};
+Frontier frontier_get(Oid items_relid, int32 queue_id, TimestampTz now);
+// The queue's forget epoch: frontier_forget moves it. A scan reads it when
+// it starts; positions it reached hold only while the epoch stays (the
+// backends' own positions too: core/scan_hint.hpp).
+//
+// Publish a position reached by a scan that started under `epoch` (dropped
+// when the epoch moved since); `expires` is capped at now + 5 s. A scan that
+// walked from the head passes head_until > 0: its position replaces the
+// current one, also an earlier one (items may have appeared before the
+// frontier), and backends whose own walk from the head is due start at it
+// until head_until instead. Any other scan's position is kept when it is
+// further than the current one, or the current one expired.
 void frontier_put(Oid items_relid, int32 queue_id, ScanPos pos, TimestampTz now,
-                  TimestampTz expires);
+                  TimestampTz expires, uint64 epoch, TimestampTz head_until);
 // Items may have appeared before the frontier (released, redriven,
-// promoted by this backend): drop it.
+// promoted, a claim rolled back): drop it and move the epoch, so no scan
+// that was under way publishes a position past them and every backend's
+// own position of the queue is dropped too.
 void frontier_forget(Oid items_relid, int32 queue_id);
+// The same for every queue (a transaction that claimed from more queues
+// than it keeps track of rolled back).
+void frontier_forget_all();
 
 }  // namespace pgclaim::shmem

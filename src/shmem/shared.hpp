@@ -86,7 +86,9 @@ struct FrontierSlot {
     int32 queue_id;
     int32 ord;
     int64 id;
-    int64 expires;  // TimestampTz
+    int64 expires;     // TimestampTz: until when the position holds
+    int64 head_until;  // TimestampTz: until when the last walk from the head vouches for it
+    uint64 epoch;      // moved by every forget (of any queue hashed here)
 };
 
 struct Shared {

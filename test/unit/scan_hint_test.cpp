@@ -69,6 +69,17 @@ TEST(ScanHints, ForgetAndClockGoingBack) {
     EXPECT_FALSE(h.start(2, 1'001).has_value());
 }
 
+TEST(ScanHints, PositionsHoldOnlyUnderTheirEpoch) {
+    ScanHints h;
+    h.record(1, true, ScanPos{0, 9}, 1'000'000, 0, INT64_MAX, 7);
+    EXPECT_EQ(h.start(1, 10, nullptr, 7)->id, 9);
+    EXPECT_FALSE(h.start(1, 10, nullptr, 8).has_value());  // forgotten somewhere since
+    // a later scan that started under another epoch drops the position
+    h.record(1, false, ScanPos{0, 30}, 5, 20, INT64_MAX, 8);
+    EXPECT_FALSE(h.start(1, 30, nullptr, 7).has_value());
+    EXPECT_FALSE(h.start(1, 30, nullptr, 8).has_value());
+}
+
 TEST(PromoteSchedule, ChecksAtEarliestRunAtOrPeriodically) {
     PromoteSchedule p;
     EXPECT_TRUE(p.due(1, 0));
