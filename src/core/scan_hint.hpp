@@ -1,6 +1,6 @@
 // Pure layer: never includes postgres.h.
 //
-// Where a claim scan starts ("line in the sand", seed 004).
+// Where a claim scan starts (a "line in the sand").
 //
 // Completed items are deleted. While some transaction holds an old snapshot,
 // their index entries cannot be removed or marked dead, so a scan that starts

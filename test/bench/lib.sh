@@ -254,8 +254,8 @@ series_mean() {
     awk -v a="$2" -v b="$3" '$1 > a && $1 <= b { s += $2; n++ } END { if (n) printf "%.1f", s / n; else print 0 }' "$1"
 }
 
-# ---------------------------------------------------------------- baseline (seed 004's SKIP LOCKED queue)
-# The table of seed 004, reduced to what the queue needs, with the same payload as the pg_claim items.
+# ---------------------------------------------------------------- baseline (the hand-written SKIP LOCKED queue)
+# The hand-written SKIP LOCKED queue's table, reduced to what the queue needs, with the same payload as the pg_claim items.
 # Indexes, as a competent user would write them for this query: the primary key on id, and a
 # partial index on id WHERE status = 'new' (only the unclaimed part of the queue is indexed, the
 # claim's ORDER BY id LIMIT 1 is an index scan of it). Index built after the bulk load.
@@ -318,7 +318,7 @@ bench_scripts() {
 SELECT token FROM claim.claim_next('bench') \gset
 SELECT claim.complete(:token::bigint);
 EOF
-    # seed 004's claim without its "line in the sand" (`AND id > $2`, which only moves after a
+    # the hand-written queue's claim without its "line in the sand" (`AND id > $2`, which only moves after a
     # rollback and is 0 in steady state): with it the planner prefers the primary key and walks
     # every completed row from the head of the table; without it the claim is an index scan of
     # the partial index.

@@ -321,7 +321,7 @@ ratio_row() { # label claimkey basekey target unit
     echo "pg_claim bench  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $GIT_REV  $(nproc) cores"
     echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS, ${DUR}s windows, pinned run ${PIN_DUR}s (last ${PIN_TAIL}s)"
     echo "backlog >= $BACKLOG items at the start of each run (fresh table/queue per run, VACUUM ANALYZE, CHECKPOINT)"
-    echo "baseline: seed 004 SKIP LOCKED queue, table q(id bigserial PK, status text, process_id text, payload jsonb, created_at), partial index q(id) WHERE status='new'"
+    echo "baseline: the hand-written SKIP LOCKED queue, table q(id bigserial PK, status text, process_id text, payload jsonb, created_at), partial index q(id) WHERE status='new'"
     if [[ $WITH_EXT == 1 ]]; then
         echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC') (BENCH_SETUP=1 rebuilds and reinstalls from this checkout first)"
     else
