@@ -11,8 +11,10 @@ use FindBin;
 use lib $FindBin::RealBin;
 use PgClaimNode;
 
+# Purging starts off (-1), so the rows are counted before the worker may
+# delete any, however slow the machine.
 my $node = pgclaim_node('lease_purge', qq{pg_claim.worker_naptime = '100ms'
-pg_claim.lease_purge_after = '1s'
+pg_claim.lease_purge_after = -1
 });
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 
@@ -26,6 +28,8 @@ my $sem_live = $node->safe_psql('postgres',
 	q{SELECT claim.lease_acquire('sem', '1 hour', permits => 2)});
 is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.lease_holders'),
 	'5', 'five holder rows');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET pg_claim.lease_purge_after = '1s'});
+$node->reload;
 
 ok( $node->poll_query_until(
 		'postgres', q{SELECT count(*) = 2 FROM claim.lease_holders}),
