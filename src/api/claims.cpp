@@ -294,6 +294,18 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 api::walk_pass_busy(&w, ScanPos{ord, id});
                 continue;
             }
+            // Free to this walk's snapshot, but the shared frontier moved
+            // past it since: the claimers in between committed after the
+            // snapshot was taken. Go on from the frontier, with a new one.
+            ScanPos to;
+            if (!fair && group_null && api::walk_frontier_passed(&w, ScanPos{ord, id}, &to)) {
+                direct::ready_end(scan);
+                direct::release(scan_snap);
+                scan_snap = direct::latest();
+                scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap);
+                api::walk_jumped(&w, to);
+                continue;
+            }
             direct::ClaimRow c{};
             bool has = direct::claim_of(t, id, scan_snap, &c);
             if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;
@@ -305,7 +317,12 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 if (groups == nullptr) groups = int64_set("pg_claim groups", 64);
                 if (set_has(groups, group_hash)) continue;  // one item per group per call
             }
-            if (!pg::lock_item(id, false)) continue;  // someone else is on it
+            if (!pg::lock_item(id, false)) {  // someone else is on it
+                // (a prepared transaction's lock stops the walk's hint: it
+                // may be rolled back from any session)
+                if (group_null && pg::item_busy(id)) api::walk_lost_race(&w, ScanPos{ord, id});
+                continue;
+            }
             if (!group_null) set_add(groups, group_hash);
             cand_group[ncand] = group_hash;
             cand_tid[ncand] = tid;

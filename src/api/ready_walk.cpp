@@ -127,6 +127,7 @@ void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz no
 
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt) {
     bool live = has_claim && lease_until > w->now;
+    w->before_step = {w->hint_have, w->hint_done, w->hint_pos, w->walk_us};
     if (!w->hint_done) {
         // The next walk may start at the first item that is not under a
         // live claim; the claims passed over bound how long.
@@ -248,6 +249,32 @@ void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
     if (!w->hint_have || !(w->hint_pos == pos)) return;
     w->hint_pos = ScanPos{pos.ord, pos.id + 1};  // (ord, id) >= this: strictly after
     if (lease_until < w->claims_end) w->claims_end = lease_until;
+}
+
+bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to) {
+    if (w->from_head) return false;  // a walk from the head vouches for what it read
+    shmem::Frontier f = shmem::frontier_get(pg::direct::items_relid(), w->queue_id, w->now);
+    if (!f.valid || f.epoch != w->epoch) return false;
+    if (!(f.pos.ord > pos.ord || (f.pos.ord == pos.ord && f.pos.id > pos.id))) return false;
+    *to = f.pos;
+    return true;
+}
+
+void walk_jumped(ReadyWalk *w, ScanPos to) {
+    shmem::Frontier f = shmem::frontier_get(pg::direct::items_relid(), w->queue_id, w->now);
+    if (f.valid && f.expires < w->start_expires) w->start_expires = f.expires;
+    if (!w->hint_done) {
+        w->hint_pos = to;
+        w->hint_have = true;
+    }
+}
+
+void walk_lost_race(ReadyWalk *w, ScanPos pos) {
+    w->hint_have = w->before_step.have;
+    w->hint_done = w->before_step.done;
+    w->hint_pos = w->before_step.pos;
+    w->walk_us = w->before_step.walk_us;
+    walk_pass_busy(w, pos);
 }
 
 void walk_pass_busy(ReadyWalk *w, ScanPos pos) {

@@ -38,6 +38,11 @@ struct ReadyWalk {
     TimestampTz t0;
     int64 *dead;
     int ndead, dead_cap;
+    struct {
+        bool have, done;
+        ScanPos pos;
+        int64 walk_us;
+    } before_step;  // the hint as it was before the last walk_step
     bool advanced;  // the walk claimed an item
     uint64 epoch;   // the queue's forget epoch when it started (shmem/frontier.hpp)
 };
@@ -65,6 +70,17 @@ void walk_kill_dead(ReadyWalk *w);
 // back, its abort moves the queue's forget epoch (walk_claimed), and every
 // position that passed the item stops holding.
 void walk_pass_busy(ReadyWalk *w, ScanPos pos);
+// A walk that did not start at the head meets an item at `pos` that looks
+// free to its snapshot: when the queue's shared frontier has moved past it
+// since (other claimers took the items in between and committed after this
+// walk's snapshot was taken), true with *to set to the frontier: the walk
+// continues from there as if it had started there (walk_jumped). No raise.
+bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to);
+void walk_jumped(ReadyWalk *w, ScanPos to);
+// walk_step said the item at `pos` may be claimed, but another transaction
+// took its lock first: the hint is put back as it was before that step, and
+// the item passed as walk_pass_busy does.
+void walk_lost_race(ReadyWalk *w, ScanPos pos);
 // The queue's shared frontier is forgotten once more when the open
 // transaction commits (forget_hints: what it made ready becomes visible
 // then). At most 16 queues a transaction; no raise.
