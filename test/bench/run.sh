@@ -14,6 +14,7 @@
 #   BENCH_BASELINE_ONLY=1    run the baselines only (also automatic when pg_claim is not installed)
 #   BENCH_SETUP=1            run test/setup.sh first (build + install); default: only if needed
 #   BENCH_ONLY="1 3"         run only these workloads (2 implies 1, whose clean run it is compared with)
+#   BENCH_BATCH_CLIENTS=4    clients of workload 3 (batches of 500)
 #   BENCH_STATS=1            preload pg_stat_statements (track = all, so the extension's own SQL shows)
 #                            and write the top statements of each run to logs/stats.txt, the
 #                            pgbench backends' wait events (sampled every 0.1 s) to logs/waits.txt
@@ -58,7 +59,7 @@ fi
 CLIENTS=${CLIENTS_LIST[0]}
 THREADS=${BENCH_THREADS:-2}
 BATCH=500
-BATCH_CLIENTS=4
+BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-4}
 FILL_CHUNK=10000
 PORT=5499
 RUN_USER=pgclaim
