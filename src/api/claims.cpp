@@ -298,12 +298,14 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             // past it since: the claimers in between committed after the
             // snapshot was taken. Go on from the frontier, with a new one.
             ScanPos to;
-            if (!fair && group_null && api::walk_frontier_passed(&w, ScanPos{ord, id}, &to)) {
+            TimestampTz to_expires;
+            if (!fair && group_null &&
+                api::walk_frontier_passed(&w, ScanPos{ord, id}, &to, &to_expires)) {
                 direct::ready_end(scan);
                 direct::release(scan_snap);
                 scan_snap = direct::latest();
                 scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap);
-                api::walk_jumped(&w, to);
+                api::walk_jumped(&w, to, to_expires);
                 continue;
             }
             direct::ClaimRow c{};

@@ -184,7 +184,13 @@ void forget_on_abort() noexcept {
 // commits, so a scan that ran in between publishes nothing past them.
 int32 commit_queues[kMaxAdvanced];
 int ncommit;
+bool commit_overflow;
 Oid commit_items;
+
+void forget_at_end() {
+    for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
+    if (commit_overflow) shmem::frontier_forget_all();
+}
 
 void on_xact_end(XactEvent event, void *) {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
@@ -193,12 +199,13 @@ void on_xact_end(XactEvent event, void *) {
         // what it claimed is treated as given back now (while it stays
         // prepared, its items stay locked and scans stop at them).
         forget_on_abort();
-        if (event == XACT_EVENT_PREPARE)
-            for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
+        if (event == XACT_EVENT_PREPARE) forget_at_end();
         ncommit = 0;
+        commit_overflow = false;
     } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
-        for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
+        forget_at_end();
         ncommit = 0;
+        commit_overflow = false;
         nadvanced = 0;
         advanced_overflow = false;
     }
@@ -238,7 +245,10 @@ void forget_at_commit(int32 queue_id) {
     commit_items = pg::direct::items_relid();
     for (int i = 0; i < ncommit; ++i)
         if (commit_queues[i] == queue_id) return;
-    if (ncommit < kMaxAdvanced) commit_queues[ncommit++] = queue_id;
+    if (ncommit < kMaxAdvanced)
+        commit_queues[ncommit++] = queue_id;
+    else
+        commit_overflow = true;
 }
 
 void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
@@ -251,18 +261,18 @@ void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
     if (lease_until < w->claims_end) w->claims_end = lease_until;
 }
 
-bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to) {
+bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to, TimestampTz *expires) {
     if (w->from_head) return false;  // a walk from the head vouches for what it read
     shmem::Frontier f = shmem::frontier_get(pg::direct::items_relid(), w->queue_id, w->now);
     if (!f.valid || f.epoch != w->epoch) return false;
     if (!(f.pos.ord > pos.ord || (f.pos.ord == pos.ord && f.pos.id > pos.id))) return false;
     *to = f.pos;
+    *expires = f.expires;
     return true;
 }
 
-void walk_jumped(ReadyWalk *w, ScanPos to) {
-    shmem::Frontier f = shmem::frontier_get(pg::direct::items_relid(), w->queue_id, w->now);
-    if (f.valid && f.expires < w->start_expires) w->start_expires = f.expires;
+void walk_jumped(ReadyWalk *w, ScanPos to, TimestampTz expires) {
+    if (expires < w->start_expires) w->start_expires = expires;
     if (!w->hint_done) {
         w->hint_pos = to;
         w->hint_have = true;

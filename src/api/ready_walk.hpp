@@ -75,15 +75,16 @@ void walk_pass_busy(ReadyWalk *w, ScanPos pos);
 // since (other claimers took the items in between and committed after this
 // walk's snapshot was taken), true with *to set to the frontier: the walk
 // continues from there as if it had started there (walk_jumped). No raise.
-bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to);
-void walk_jumped(ReadyWalk *w, ScanPos to);
+// *expires: until when the frontier holds (for walk_jumped).
+bool walk_frontier_passed(const ReadyWalk *w, ScanPos pos, ScanPos *to, TimestampTz *expires);
+void walk_jumped(ReadyWalk *w, ScanPos to, TimestampTz expires);
 // walk_step said the item at `pos` may be claimed, but another transaction
 // took its lock first: the hint is put back as it was before that step, and
 // the item passed as walk_pass_busy does.
 void walk_lost_race(ReadyWalk *w, ScanPos pos);
 // The queue's shared frontier is forgotten once more when the open
 // transaction commits (forget_hints: what it made ready becomes visible
-// then). At most 16 queues a transaction; no raise.
+// then). Past 16 queues in a transaction, every queue's frontier; no raise.
 void forget_at_commit(int32 queue_id);
 // The walk claimed the item at `pos` (live until `lease_until` once this
 // transaction commits): when the hint stands at it, the next walk may start
