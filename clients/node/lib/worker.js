@@ -94,6 +94,7 @@ class Worker extends EventEmitter {
     this._batchScheduled = false;
     this._completions = new Set(); // completion promises in flight
     this._waiters = new Set(); // claim loops waiting for a slot or sleeping
+    this._cancels = new Set(); // cancel requests of stop() still on their way
     this._runPromise = null;
     this._fatal = null; // the error that stopped the worker, rejected by run()
     this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
@@ -113,7 +114,11 @@ class Worker extends EventEmitter {
       this._stopRequestedAt = Date.now();
       this._kick();
       for (const lane of this._lanes) {
-        if (lane.state === 'claiming' && lane.client) cancelActive(lane.client).catch(() => {});
+        if (lane.state === 'claiming' && lane.client) {
+          const sent = cancelActive(lane.client).catch(() => {});
+          this._cancels.add(sent);
+          sent.then(() => this._cancels.delete(sent));
+        }
       }
     }
     return this._runPromise || Promise.resolve();
@@ -164,8 +169,13 @@ class Worker extends EventEmitter {
     } finally {
       this._state = 'stopped';
       if (this._signal) this._signal.removeEventListener('abort', onAbort);
+      // A connection closes only after the cancel requests sent to it are
+      // answered (each gives up after 5 s): a pooler that sees the client
+      // leave while its cancel request is still open may drop the wrong
+      // connection, and PgBouncer 1.18 exits.
+      if (this._cancels.size) await Promise.all([...this._cancels]);
       for (const lane of this._lanes) {
-        // Closed rather than pooled: a cancel sent by stop() may still be on its way.
+        // Closed rather than pooled: the server may still act on a cancel.
         if (lane.client) lane.client.release(true);
         lane.client = null;
       }
