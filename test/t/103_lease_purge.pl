@@ -18,14 +18,16 @@ pg_claim.lease_purge_after = -1
 });
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_claim');
 
-# expired, live, released, and a semaphore with one expired and one live slot
+# expired, live, released, and a semaphore with one live and one expired
+# slot (the live one first: a slot that expired would be taken over by the
+# next acquire instead of a second row, however slow the machine)
 $node->safe_psql('postgres', q{SELECT claim.lease_acquire('expired', '100 ms')});
 $node->safe_psql('postgres', q{SELECT claim.lease_acquire('live', '1 hour')});
 $node->safe_psql('postgres',
 	q{SELECT claim.lease_release('released', claim.lease_acquire('released', '1 hour'))});
-$node->safe_psql('postgres', q{SELECT claim.lease_acquire('sem', '100 ms', permits => 2)});
 my $sem_live = $node->safe_psql('postgres',
 	q{SELECT claim.lease_acquire('sem', '1 hour', permits => 2)});
+$node->safe_psql('postgres', q{SELECT claim.lease_acquire('sem', '100 ms', permits => 2)});
 is($node->safe_psql('postgres', 'SELECT count(*) FROM claim.lease_holders'),
 	'5', 'five holder rows');
 $node->safe_psql('postgres', q{ALTER SYSTEM SET pg_claim.lease_purge_after = '1s'});
