@@ -221,6 +221,24 @@ bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::Item
     return true;
 }
 
+// An entry of the ready index whose item another claimer's open transaction
+// holds, having said the item has no group key: passed over as the walk
+// passes every busy item without a group key (walk_pass_busy), but without
+// reading its row. Many claimers at once would otherwise each read the rows
+// of all items the others are taking, on the heap pages those write.
+struct PassClaimed {
+    api::ReadyWalk *w;
+    bool *met_any;
+};
+
+bool pass_claimed_now(int64 id, int32 ord, void *arg) {
+    if (!pg::item_busy_ungrouped(id)) return false;
+    auto *p = (PassClaimed *)arg;
+    *p->met_any = true;
+    api::walk_pass_busy(p->w, ScanPos{ord, id});
+    return true;
+}
+
 // One pass over the queue: claims up to n items, appends them to the result.
 // *retry_at: when a rate that turned items away lets them in (0: none did).
 int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Datum worker,
@@ -268,6 +286,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                                    scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
+    PassClaimed passing{&w, &met_any};
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -282,7 +301,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             bool group_null;
             ItemPointerData tid;
             if (!(fair ? api::fair_source_next(fsrc, &id, &ord, &gk, &group_null, &tid)
-                       : direct::ready_next(scan, &id, &ord, &gk, &group_null, &tid))) {
+                       : direct::ready_next_passing(scan, pass_claimed_now, &passing, &id, &ord,
+                                                    &gk, &group_null, &tid))) {
                 exhausted = true;
                 break;
             }
@@ -319,7 +339,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 if (groups == nullptr) groups = int64_set("pg_claim groups", 64);
                 if (set_has(groups, group_hash)) continue;  // one item per group per call
             }
-            if (!pg::lock_item(id, false)) {  // someone else is on it
+            // Taken saying whether the item has a group key, so that other
+            // walks can pass it without reading its row (pass_claimed_now).
+            if (!pg::lock_item(id, false, group_null)) {  // someone else is on it
                 // (a prepared transaction's lock stops the walk's hint: it
                 // may be rolled back from any session)
                 if (group_null && pg::item_busy(id)) api::walk_lost_race(&w, ScanPos{ord, id});

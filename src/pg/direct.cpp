@@ -8,6 +8,8 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/heapam.h"
+#include "storage/bufmgr.h"
 #include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
@@ -372,6 +374,25 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     return id;
 }
 
+namespace {
+// claim.claims churns: a claim inserts a row, its completion deletes it. An
+// insert looks for room only on the page it used last and in the free space
+// map, which VACUUM fills; the room of completed claims comes back through
+// pruning, which happens when a page is read. So without this every claimer
+// would extend the table by a page for each page of claims, all of them
+// waiting on its extension lock. The page the next insert targets is pruned
+// first: only when it is nearly full and holds rows no snapshot can see,
+// and never with a wait (heap_page_prune_opt skips a page someone else has
+// pinned).
+void prune_target(Relation rel) {
+    BlockNumber blk = RelationGetTargetBlock(rel);
+    if (blk == InvalidBlockNumber) return;
+    Buffer buf = ReadBuffer(rel, blk);
+    heap_page_prune_opt(rel, buf);
+    ReleaseBuffer(buf);
+}
+}  // namespace
+
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
                   bool worker_null) {
@@ -384,6 +405,7 @@ void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 a
     set_att(slot, cat.c_lease, TimestampTzGetDatum(lease_until), false);
     set_att(slot, cat.c_claimed, TimestampTzGetDatum(claimed_at), false);
     set_att(slot, cat.c_worker, worker, worker_null);
+    prune_target(t->claims);
     insert_slot(t);
 }
 

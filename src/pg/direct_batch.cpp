@@ -37,6 +37,9 @@ namespace pgclaim::pg::direct {
 namespace {
 constexpr int kBatchRows = 1000;           // like COPY's multi-insert buffer
 constexpr Size kBatchBytes = 256 * 1024;  // payload bytes per flush
+// What one flush allocates besides the payloads: a heap tuple (the row's
+// fixed columns, about 100 bytes, and its payload) per row.
+constexpr Size kFlushBytes = kBatchBytes + kBatchRows * 128;
 }  // namespace
 
 struct ItemBatch {
@@ -44,7 +47,8 @@ struct ItemBatch {
     int32 queue_id;
     int32 priority;
     int32 fair_key_id;
-    MemoryContext mcxt;
+    MemoryContext mcxt;   // payloads of the rows not yet written
+    MemoryContext flush;  // the heap tuples of one flush
     int n;
     Size bytes;
     int64 written;
@@ -59,8 +63,13 @@ ItemBatch *batch_begin(Tables *t, int32 queue_id, int32 priority, int32 fair_key
     b->queue_id = queue_id;
     b->priority = priority;
     b->fair_key_id = fair_key_id;
-    b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch",
-                                    ALLOCSET_DEFAULT_SIZES);
+    // Both contexts keep a first block as large as one flush needs, so a
+    // statement of many flushes reuses the same memory instead of faulting
+    // in fresh pages for every batch.
+    b->mcxt = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch", kBatchBytes * 2,
+                                    kBatchBytes * 2, ALLOCSET_DEFAULT_MAXSIZE);
+    b->flush = AllocSetContextCreate(CurrentMemoryContext, "pg_claim item batch flush",
+                                     kFlushBytes, kFlushBytes, ALLOCSET_DEFAULT_MAXSIZE);
     b->cid = GetCurrentCommandId(true);
     return b;
 }
@@ -70,6 +79,9 @@ MemoryContext batch_memory(ItemBatch *b) { return b->mcxt; }
 void batch_flush(ItemBatch *b) {
     if (b->n == 0) return;
     Tables *t = b->t;
+    // table_multi_insert forms its heap tuples in the current context and
+    // leaves them there: in a context of their own they go with the flush.
+    MemoryContext prev = MemoryContextSwitchTo(b->flush);
     table_multi_insert(t->items, b->slots, b->n, b->cid, 0, nullptr);
     for (int i = 0; i < b->n; ++i) {
         if (t->rri->ri_NumIndices > 0)
@@ -77,9 +89,11 @@ void batch_flush(ItemBatch *b) {
         ResetPerTupleExprContext(t->estate);
         ExecClearTuple(b->slots[i]);
     }
+    MemoryContextSwitchTo(prev);
     b->written += b->n;
     b->n = 0;
     b->bytes = 0;
+    MemoryContextReset(b->flush);
     MemoryContextReset(b->mcxt);
 }
 
@@ -101,6 +115,7 @@ int64 batch_end(ItemBatch *b) {
     batch_flush(b);
     for (int i = 0; i < kBatchRows && b->slots[i] != nullptr; ++i)
         ExecDropSingleTupleTableSlot(b->slots[i]);
+    MemoryContextDelete(b->flush);
     MemoryContextDelete(b->mcxt);
     int64 n = b->written;
     pfree(b);

@@ -61,25 +61,55 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
         nkeys = 2;
     }
     s->scan = compat::begin_index_scan(t->items, t->items_ready, snap, nkeys);
+    s->scan->xs_want_itup = true;  // ready_next_passing reads (ord, id) from the entry
     index_rescan(s->scan, s->keys, nkeys, nullptr, 0);
     return s;
 }
 
+namespace {
+// The row in `slot` (reached through a ready index) as a ready item; false
+// when it is not one.
+bool ready_row(TupleTableSlot *slot, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
+               ItemPointerData *tid) {
+    bool isnull;
+    // The index predicate holds for every version reached through it;
+    // checked anyway, it costs nothing.
+    if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') return false;
+    (void)get(slot, cat.i_run_at, &isnull);
+    if (!isnull) return false;
+    *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
+    *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
+    *group_key = get(slot, cat.i_group, group_null);
+    *tid = slot->tts_tid;
+    return true;
+}
+}  // namespace
+
 bool next_ready_item(Tables *t, struct IndexScanDescData *scan, int64 *id, int32 *ord, Datum *group_key,
                      bool *group_null, ItemPointerData *tid) {
     TupleTableSlot *slot = t->scan_slot;
-    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+    while (index_getnext_slot(scan, ForwardScanDirection, slot))
+        if (ready_row(slot, id, ord, group_key, group_null, tid)) return true;
+    return false;
+}
+
+bool ready_next_passing(ReadyScan *s, PassFn pass, void *arg, int64 *id, int32 *ord,
+                        Datum *group_key, bool *group_null, ItemPointerData *tid) {
+    IndexScanDesc scan = s->scan;
+    TupleTableSlot *slot = s->t->scan_slot;
+    // An MVCC snapshot sees at most one version per entry, so each entry
+    // is fetched once (what index_getnext_slot does for such a snapshot).
+    while (index_getnext_tid(scan, ForwardScanDirection) != nullptr) {
         bool isnull;
-        // The index predicate holds for every version reached through it;
-        // checked anyway, it costs nothing.
-        if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') continue;
-        (void)get(slot, cat.i_run_at, &isnull);
-        if (!isnull) continue;
-        *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
-        *ord = DatumGetInt32(get(slot, cat.i_ord, &isnull));
-        *group_key = get(slot, cat.i_group, group_null);
-        *tid = slot->tts_tid;
-        return true;
+        // items_ready is (queue_id, ord, id): checked by direct::open.
+        int32 o = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull));
+        int64 i = DatumGetInt64(index_getattr(scan->xs_itup, 3, scan->xs_itupdesc, &isnull));
+        if (pass(i, o, arg)) {
+            CHECK_FOR_INTERRUPTS();
+            continue;
+        }
+        if (!index_fetch_heap(scan, slot)) continue;
+        if (ready_row(slot, id, ord, group_key, group_null, tid)) return true;
     }
     return false;
 }

@@ -16,6 +16,13 @@ ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool incl
 // the next call.
 bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
                 ItemPointerData *tid);
+// The same, but each index entry is first shown to `pass` with the item's
+// id and ord read from the index: when it returns true, the entry is passed
+// over without reading its row (a claimer's walk passes the items other
+// claimers hold this way, without touching the heap pages they write).
+using PassFn = bool (*)(int64 id, int32 ord, void *arg);
+bool ready_next_passing(ReadyScan *s, PassFn pass, void *arg, int64 *id, int32 *ord,
+                        Datum *group_key, bool *group_null, ItemPointerData *tid);
 void ready_end(ReadyScan *s);
 // The next ready, unscheduled item that an index scan over claim.items
 // reaches (the scans of items_ready and items_fair); false at the end.

@@ -151,11 +151,15 @@ Datum int8_array(const int64 *v, int n);
 // preload, heavyweight advisory locks without it).
 
 // Lock an item: claimers try (skip when busy); everyone else waits.
-bool lock_item(int64_t item_id, bool wait);
+// ungrouped: the caller knows the item has no group key (item_busy_ungrouped).
+bool lock_item(int64_t item_id, bool wait, bool ungrouped = false);
 void unlock_item(int64_t item_id);
 // Another open transaction holds the item's lock now (pg/xact_locks.hpp:
 // xact_lock_busy); takes nothing.
 bool item_busy(int64_t item_id);
+// Another open transaction holds the item's lock, and took it saying the
+// item has no group key (a claimer's walk). Takes nothing.
+bool item_busy_ungrouped(int64_t item_id);
 // Lock a lease slot by a 64-bit key (a hash of name and slot): acquirers
 // try (skip when busy), lease_assert waits and keeps it until the
 // transaction ends.

@@ -47,6 +47,7 @@ struct Entry {
     Key key;
     VirtualTransactionId owner;  // invalid while prepared
     bool prepared;
+    uint8 tag;  // what the taker said of the key (xact_lock's `tag`)
 };
 
 struct Control {
@@ -269,6 +270,7 @@ void restore_prepared() {
             if (e != nullptr && !found) {
                 pg_atomic_fetch_add_u64(&ctl->used, 1);
                 e->prepared = true;
+                e->tag = 0;
                 SetInvalidVirtualTransactionId(e->owner);
             }
             LWLockRelease(lock_of(part));
@@ -301,7 +303,8 @@ bool prepared_gone(const Key &k) {
 enum class Try { Taken, Busy, BusyPrepared };
 
 // One attempt under the partition's lock.
-Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, VirtualTransactionId *owner) {
+Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
+             VirtualTransactionId *owner) {
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
@@ -332,6 +335,7 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, VirtualTransact
     }
     e->owner = me;
     e->prepared = false;
+    e->tag = tag;
     LWLockRelease(lock_of(part));
     return Try::Taken;
 }
@@ -366,7 +370,7 @@ void xact_locks_shmem_init() {
     pg::shared_hash_init(shash);
 }
 
-bool xact_lock(LockSpace space, uint64 key, bool wait) {
+bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     Key k = make_key(space, key);
     if (shash.htab == nullptr) return hw_lock(k, wait);
     ensure_local();
@@ -393,7 +397,7 @@ bool xact_lock(LockSpace space, uint64 key, bool wait) {
     for (;;) {
         VirtualTransactionId owner;
         SetInvalidVirtualTransactionId(owner);
-        r = try_take(k, hash, me, &owner);
+        r = try_take(k, hash, me, tag, &owner);
         if (r == Try::Taken || !wait) break;
         if (r == Try::BusyPrepared) {
             // Wait for the prepared transaction through its heavyweight lock.
@@ -460,19 +464,21 @@ void xact_unlock(LockSpace space, uint64 key) {
     release_shared(k);
 }
 
-bool xact_lock_busy(LockSpace space, uint64 key) {
-    if (shash.htab == nullptr) return false;
+int xact_lock_busy_tag(LockSpace space, uint64 key) {
+    if (shash.htab == nullptr) return -1;
     Key k = make_key(space, key);
-    if (held != nullptr && hash_search(held, &k, HASH_FIND, nullptr) != nullptr) return false;
+    if (held != nullptr && hash_search(held, &k, HASH_FIND, nullptr) != nullptr) return -1;
     uint32 hash = get_hash_value(shash.htab, &k);
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_SHARED);
     bool found;
     Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
-    bool busy = found && !e->prepared;
+    int tag = found && !e->prepared ? e->tag : -1;
     LWLockRelease(lock_of(part));
-    return busy;
+    return tag;
 }
+
+bool xact_lock_busy(LockSpace space, uint64 key) { return xact_lock_busy_tag(space, key) >= 0; }
 
 void xact_locks_release_all() {
     if (shash.htab != nullptr) release_all();

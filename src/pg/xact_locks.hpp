@@ -37,7 +37,10 @@ void xact_locks_shmem_init();
 
 // Takes the lock on `key` in `space` for this transaction. wait=false: false
 // when another transaction holds it. wait=true: returns true once granted.
-bool xact_lock(LockSpace space, uint64 key, bool wait);
+// `tag`: a small fact about the key that the taker knows and others may read
+// while the lock is held (xact_lock_busy_tag); kept by the entry this call
+// creates, 0 for a prepared transaction's locks.
+bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag = 0);
 // Gives back one hold of a lock this transaction took.
 void xact_unlock(LockSpace space, uint64 key);
 // Whether another open transaction holds the lock on `key` now: a look
@@ -45,6 +48,9 @@ void xact_unlock(LockSpace space, uint64 key);
 // lock this transaction holds, for one held by a prepared transaction (the
 // caller's try of the lock finds out), and without the preload.
 bool xact_lock_busy(LockSpace space, uint64 key);
+// The same look, also returning the holder's tag: -1 when not busy (as
+// xact_lock_busy says), the tag otherwise.
+int xact_lock_busy_tag(LockSpace space, uint64 key);
 
 // Gives back every lock of the ending transaction now (the transaction
 // callbacks do it too; waking waiters calls it first, so that they find the
