@@ -465,7 +465,9 @@ void xact_unlock(LockSpace space, uint64 key) {
 }
 
 int xact_lock_busy_tag(LockSpace space, uint64 key) {
-    if (shash.htab == nullptr) return -1;
+    // No entry anywhere (an idle queue, polled): nothing to look up. A lock
+    // taken right after this read is one taken right after the look.
+    if (shash.htab == nullptr || pg_atomic_read_u64(&ctl->used) == 0) return -1;
     Key k = make_key(space, key);
     if (held != nullptr && hash_search(held, &k, HASH_FIND, nullptr) != nullptr) return -1;
     uint32 hash = get_hash_value(shash.htab, &k);
