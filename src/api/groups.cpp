@@ -15,10 +15,11 @@
 // id order: each one is try-locked and taken while it is ready and free; the
 // first that is not stops the claim (group order is never skipped).
 //
-// One statement then claims the locked items under one token (one nextval):
-// it re-checks under the locks, with the latest committed state, that the
-// head is still the head and claimable and that each follower is claimable,
-// and claims the longest such prefix. Items not taken are unlocked.
+// The locked items are then claimed under one token (one nextval): with the
+// latest committed state, read under the locks, the head must still be the
+// head and claimable and each follower claimable; the longest such prefix
+// is claimed. Items not taken are unlocked. Every read and write goes
+// through the direct path (pg/direct.hpp), as claim_next's do.
 #include "api/partition.hpp"
 #include "api/hints.hpp"
 #include "api/keys.hpp"
@@ -38,64 +39,9 @@ extern "C" {
 }
 
 using namespace pgclaim;
-using pgclaim::pg::Stmt;
 namespace direct = pgclaim::pg::direct;
 
 namespace {
-
-// Columns: id, ready, lease_until, attempt.
-#define GMEMBER_SELECT                                                         \
-    "SELECT i.id, i.run_at IS NULL, c.lease_until, c.attempt "                 \
-    "FROM claim.items i "                                                      \
-    "LEFT JOIN LATERAL (SELECT lease_until, attempt FROM claim.claims cc "     \
-    "                   WHERE cc.item_id = i.id) c ON true "                   \
-    "WHERE i.queue_id = $1 AND i.group_key = $2 AND i.state = 'r' "
-
-Stmt s_group_head = {GMEMBER_SELECT "ORDER BY i.id LIMIT 1", 2, {INT4OID, TEXTOID}, nullptr};
-Stmt s_followers = {GMEMBER_SELECT "AND i.id > $3 ORDER BY i.id LIMIT $4", 4,
-                    {INT4OID, TEXTOID, INT8OID, INT8OID}, nullptr};
-
-// The end of the group claiming statement: the upsert of claim rows (a new claim, or an expired one with attempts
-// left, gets the token), ending the "ins" CTE.
-#define PGCLAIM_CLAIM_CONFLICT                                               \
-    "  ON CONFLICT (item_id) DO UPDATE"                                      \
-    "    SET token = EXCLUDED.token, attempt = c.attempt + 1,"               \
-    "        lease_until = EXCLUDED.lease_until, claimed_at = EXCLUDED.claimed_at," \
-    "        worker = EXCLUDED.worker"                                       \
-    "    WHERE c.lease_until <= EXCLUDED.claimed_at AND c.attempt < $5"      \
-    "  RETURNING c.item_id, c.token, c.attempt, c.lease_until"               \
-    ") "
-// The columns returned for claim.item, from the claimed rows and the items.
-#define PGCLAIM_CLAIM_UPSERT                                                 \
-    PGCLAIM_CLAIM_CONFLICT                                                   \
-    "SELECT ins.item_id, ins.token, ins.attempt, ins.lease_until,"           \
-    "       i.group_key, i.payload, i.enqueued_at "                          \
-    "FROM ins JOIN claim.items i ON i.id = ins.item_id "
-
-// Claim the longest prefix of the locked candidates ($1, head first) that is
-// claimable now, under one token.
-Stmt s_gclaim = {
-    "WITH cand AS ("
-    "  SELECT u.id, u.n, i.queue_id, i.failures,"
-    "    COALESCE(i.state = 'r' AND i.run_at IS NULL"
-    "      AND (u.n > 1 OR i.group_key IS NULL OR NOT EXISTS ("
-    "           SELECT 1 FROM claim.items e WHERE e.queue_id = i.queue_id"
-    "             AND e.group_key = i.group_key AND e.state = 'r' AND e.id < i.id))"
-    "      AND NOT EXISTS (SELECT 1 FROM claim.claims x WHERE x.item_id = i.id"
-    "             AND (x.lease_until > $3 OR x.attempt >= $5)), false) AS ok"
-    "  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, n)"
-    "  LEFT JOIN claim.items i ON i.id = u.id"
-    "), lim AS ("
-    "  SELECT COALESCE(min(n) FILTER (WHERE NOT ok), 9223372036854775807) AS stop FROM cand"
-    "), tok AS ("
-    "  SELECT " PGCLAIM_NEXT_TOKEN_SQL " AS t FROM lim WHERE lim.stop > 1"
-    "), ins AS ("
-    "  INSERT INTO claim.claims AS c"
-    "    (item_id, queue_id, token, attempt, lease_until, claimed_at, worker)"
-    "  SELECT cand.id, cand.queue_id, tok.t, cand.failures + 1, $2, $3, $4"
-    "  FROM cand, lim, tok WHERE cand.n < lim.stop ORDER BY cand.n"
-    PGCLAIM_CLAIM_UPSERT "ORDER BY ins.item_id",
-    5, {INT8ARRAYOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT4OID}, nullptr};
 
 struct ClaimArgs {
     const api::QueueInfo *q;
@@ -108,72 +54,112 @@ struct ClaimArgs {
     ReturnSetInfo *rsinfo;
 };
 
-// The head is locked by the caller. Adds the following ready items of its
-// group, claims them all under one token, emits the rows. Returns how many
-// were claimed (0: the head was not claimable after all; it is unlocked).
+// A claim row that blocks a new claim: a live lease, or attempts used up.
+bool claim_blocks(const ClaimArgs &a, bool has, const direct::ClaimRow &c) {
+    return has && (c.lease_until > a.now || c.attempt >= a.q->max_attempts);
+}
+
+// The head (head_tid: the row version the caller read) is locked by the
+// caller. Adds the following ready items of its group, claims them all
+// under one token, emits the rows. Returns how many were claimed (0: the
+// head was not claimable after all; it is unlocked).
 // *wal is the caller's pg::wal_mark(): items made dead on the way are
 // logged writes, kept.
-int take_group(const ClaimArgs &a, int64 head, Datum gkey, bool gkey_null, uint64 *wal) {
+int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, const ItemPointerData &head_tid,
+               Datum gkey, bool gkey_null, uint64 *wal) {
+    const int32 qid = a.q->queue_id;
     int cap = a.max_items < 64 ? a.max_items : 64;
     int64 *cand = (int64 *)palloc(sizeof(int64) * cap);
+    ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * cap);
     int ncand = 0;
+    cand_tid[ncand] = head_tid;
     cand[ncand++] = head;
 
     if (!gkey_null && a.max_items > 1) {
-        Datum v[4] = {Int32GetDatum(a.q->queue_id), gkey, Int64GetDatum(head),
-                      Int64GetDatum(a.max_items - 1)};
-        uint64 rows = pg::run(s_followers, v, nullptr);
-        int64 *dead = (int64 *)palloc(sizeof(int64) * (rows > 0 ? rows : 1));
-        int ndead = 0;
-        for (uint64 r = 0; r < rows; ++r) {
-            bool isnull, lease_null;
-            int64 id = pg::col_int64(r, 1);
-            if (!DatumGetBool(pg::col(r, 2, &isnull))) break;  // scheduled: stop here
-            TimestampTz lease_until = DatumGetTimestampTz(pg::col(r, 3, &lease_null));
-            if (!lease_null && lease_until > a.now) break;  // cannot happen while we hold the head
-            if (!lease_null && pg::col_int32(r, 4) >= a.q->max_attempts) {
-                // Its lease ran out on the last attempt: it is dead, the group
-                // moves on past it.
-                if (!pg::lock_item(id, false)) break;
+        // The followers, in id order: each one is taken while it is ready
+        // and free; an item whose last attempt expired is dead and passed.
+        Snapshot snap = direct::latest();
+        direct::GroupScan *gs = direct::group_begin(t, qid, gkey, head, snap);
+        int64 *dead = (int64 *)palloc(sizeof(int64) * cap);
+        int ndead = 0, dead_cap = cap;
+        int64 id;
+        bool ready;
+        ItemPointerData tid;
+        for (int seen = 0; seen < a.max_items - 1 && direct::group_next(gs, &id, &ready, &tid);
+             ++seen) {
+            CHECK_FOR_INTERRUPTS();
+            if (!ready) break;  // scheduled: stop here
+            direct::ClaimRow c;
+            bool has = direct::claim_of(t, id, snap, &c);
+            if (has && c.lease_until > a.now) break;  // cannot happen while we hold the head
+            if (!pg::lock_item(id, false)) break;     // someone is busy with it
+            if (has && c.attempt >= a.q->max_attempts) {
+                // Its lease ran out on the last attempt: it is dead, the
+                // group moves on past it.
+                if (ndead == dead_cap) {
+                    dead_cap *= 2;
+                    dead = (int64 *)repalloc(dead, sizeof(int64) * dead_cap);
+                }
                 dead[ndead++] = id;
                 continue;
             }
-            if (!pg::lock_item(id, false)) break;  // someone is busy with it
             if (ncand == cap) {
                 cap = cap * 2 > a.max_items ? a.max_items : cap * 2;
                 cand = (int64 *)repalloc(cand, sizeof(int64) * cap);
+                cand_tid = (ItemPointerData *)repalloc(cand_tid, sizeof(ItemPointerData) * cap);
             }
+            cand_tid[ncand] = tid;
             cand[ncand++] = id;
         }
-        pg::free_result();
-        pg::wal_forget(*wal);
-        shmem::count_killed(a.q->queue_id, pg::kill_dead(dead, ndead, a.now));
-        *wal = pg::wal_mark();
+        direct::group_end(gs);
+        direct::release(snap);
+        if (ndead > 0) {
+            pg::wal_forget(*wal);
+            shmem::count_killed(qid, pg::kill_dead(dead, ndead, a.now));
+            *wal = pg::wal_mark();
+        }
     }
 
-    Datum cv[5] = {pg::int8_array(cand, ncand), TimestampTzGetDatum(a.lease_until),
-                   TimestampTzGetDatum(a.now), a.worker, Int32GetDatum(a.q->max_attempts)};
-    char cn[6] = {' ', ' ', ' ', a.worker_null ? 'n' : ' ', ' ', '\0'};
-    uint64 got = pg::run(s_gclaim, cv, cn);
-    // Rows come in id order, which is the order of cand: the taken ones are
-    // a prefix of it.
-    uint64 matched = 0;
-    for (uint64 r = 0; r < got; ++r) {
-        Datum out[8];
-        bool isnull[8] = {false, false, false, false, false, false, false, false};
-        out[0] = a.qname;
-        out[1] = pg::col(r, 1, &isnull[1]);
-        out[2] = pg::col(r, 2, &isnull[2]);
-        out[3] = pg::col(r, 5, &isnull[3]);
-        out[4] = pg::col(r, 6, &isnull[4]);
-        out[5] = pg::col(r, 3, &isnull[5]);
-        out[6] = pg::col(r, 7, &isnull[6]);
-        out[7] = pg::col(r, 4, &isnull[7]);
+    // Under the locks, with the latest committed state: the longest prefix
+    // of the candidates that is claimable now (the head still the head,
+    // each one ready, never claimed or expired with attempts left) is
+    // claimed under one token. Nobody else can change these items' claim
+    // rows before we commit. The items this call made dead are seen.
+    CommandCounterIncrement();
+    Snapshot snap = direct::latest();
+    int got = 0;
+    int64 token = 0;
+    for (; got < ncand; ++got) {
+        int64 id = cand[got];
+        direct::ClaimRow c;
+        direct::ItemRow it;
+        bool has = direct::claim_of(t, id, snap, &c);
+        bool ok = !claim_blocks(a, has, c) && direct::item_at(t, &cand_tid[got], snap, &it) &&
+                  it.ready &&
+                  (got > 0 || it.group_null ||
+                   !direct::group_has_earlier(t, qid, it.group_key, id, snap)) &&
+                  (!has || direct::claim_delete(t, &c.tid));
+        if (!ok) break;
+        if (got == 0) token = api::make_token(direct::next_token(t));
+        int32 attempt = has ? c.attempt + 1 : it.failures + 1;
+        direct::claim_insert(t, id, qid, token, attempt, a.lease_until, a.now, a.worker,
+                             a.worker_null);
+        Datum out[8] = {a.qname,
+                        Int64GetDatum(id),
+                        Int64GetDatum(token),
+                        it.group_key,
+                        it.payload,
+                        Int32GetDatum(attempt),
+                        TimestampTzGetDatum(it.enqueued_at),
+                        TimestampTzGetDatum(a.lease_until)};
+        bool isnull[8] = {false, false, false, it.group_null, false, false, false, false};
         tuplestore_putvalues(a.rsinfo->setResult, a.rsinfo->setDesc, out, isnull);
-        if (matched < (uint64)ncand && DatumGetInt64(out[1]) == cand[matched]) ++matched;
     }
-    for (int i = (int)matched; i < ncand; ++i) pg::unlock_item(cand[i]);
-    return (int)got;
+    direct::release(snap);
+    for (int i = got; i < ncand; ++i) pg::unlock_item(cand[i]);
+    // Later statements of this transaction (and SPI below) see the claims.
+    if (got > 0) CommandCounterIncrement();
+    return got;
 }
 
 // How many dead heads one call moves past before it gives up on the group.
@@ -185,27 +171,34 @@ constexpr int kMaxHeadRounds = 8;
 // pg::wal_mark() and pg::wal_forget(), so that a group claim commits
 // asynchronously. Items made dead are logged writes and stay outside.
 int claim_named_group(const ClaimArgs &a, Datum gkey) {
+    direct::Tables *t = direct::open(direct::Mode::Claim);
     uint64 wal = pg::wal_mark();
     int claimed = 0;
     for (int round = 0; round < kMaxHeadRounds; ++round) {
-        Datum v[2] = {Int32GetDatum(a.q->queue_id), gkey};
-        if (pg::run(s_group_head, v, nullptr) == 0) break;
-        bool isnull, lease_null;
-        int64 head = pg::col_int64(0, 1);
-        if (!DatumGetBool(pg::col(0, 2, &isnull))) break;  // scheduled
-        TimestampTz lease_until = DatumGetTimestampTz(pg::col(0, 3, &lease_null));
-        if (!lease_null && lease_until > a.now) break;  // claimed
-        if (!lease_null && pg::col_int32(0, 4) >= a.q->max_attempts) {
-            if (!pg::lock_item(head, false)) break;
+        Snapshot snap = direct::latest();
+        direct::GroupScan *gs = direct::group_begin(t, a.q->queue_id, gkey, -1, snap);
+        int64 head;
+        bool ready;
+        ItemPointerData tid;
+        bool found = direct::group_next(gs, &head, &ready, &tid);
+        direct::group_end(gs);
+        direct::ClaimRow c;
+        bool has = found && ready && direct::claim_of(t, head, snap, &c);
+        direct::release(snap);
+        if (!found || !ready) break;                  // empty, or a scheduled head
+        if (has && c.lease_until > a.now) break;      // claimed
+        if (!pg::lock_item(head, false)) break;       // another claimer is on it
+        if (has && c.attempt >= a.q->max_attempts) {  // dead: the next item is the head now
             pg::wal_forget(wal);
             shmem::count_killed(a.q->queue_id, pg::kill_dead(&head, 1, a.now));
             wal = pg::wal_mark();
-            continue;  // the next item is the head now
+            CommandCounterIncrement();  // the next round's snapshot sees it dead
+            continue;
         }
-        if (!pg::lock_item(head, false)) break;  // another claimer is on it
-        claimed = take_group(a, head, gkey, false, &wal);
+        claimed = take_group(a, t, head, tid, gkey, false, &wal);
         break;
     }
+    direct::close(t);
     pg::wal_forget(wal);
     return claimed;
 }
@@ -217,8 +210,8 @@ int claim_first_group(const ClaimArgs &a) {
     api::walk_begin(&w, qid, a.q->max_attempts, a.now);
     int claimed = 0;
 
-    // The walk reads the tables directly (see pg/direct.hpp); the claim of
-    // the group found (take_group) re-checks everything under the locks.
+    // The walk reads a snapshot taken now; the claim of the group found
+    // (take_group) checks everything again under the locks.
     direct::Tables *t = direct::open(direct::Mode::Claim);
     Snapshot snap = direct::latest();
     direct::ReadyScan *scan =
@@ -241,7 +234,7 @@ int claim_first_group(const ClaimArgs &a) {
         pg::wal_forget(wal);
         api::walk_kill_dead(&w);
         wal = pg::wal_mark();
-        claimed = take_group(a, id, gcopy, gk_null, &wal);
+        claimed = take_group(a, t, id, tid, gcopy, gk_null, &wal);
     }
     direct::ready_end(scan);
     direct::release(snap);

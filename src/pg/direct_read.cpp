@@ -193,27 +193,64 @@ bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out)
     return true;
 }
 
-bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap) {
+struct GroupScan {
+    Tables *t;
+    IndexScanDesc scan;
+};
+
+namespace {
+// The entries of a group in items_group (queue_id, group_key, id), with id
+// `op` `id` (BTLessStrategyNumber or BTGreaterStrategyNumber; id < 0 with
+// BTGreaterStrategyNumber: every entry), in id order.
+GroupScan *group_scan(Tables *t, int32 queue_id, Datum group_key, StrategyNumber op, int64 id,
+                      Snapshot snap) {
+    GroupScan *s = (GroupScan *)palloc(sizeof(GroupScan));
+    s->t = t;
     ScanKeyData k[3];
     ScanKeyInit(&k[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
     ScanKeyEntryInitialize(&k[1], 0, 2, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
                            F_TEXTEQ, group_key);
-    ScanKeyInit(&k[2], 3, BTLessStrategyNumber, F_INT8LT, Int64GetDatum(id));
-    IndexScanDesc scan = compat::begin_index_scan(t->items, t->items_group, snap, 3);
-    index_rescan(scan, k, 3, nullptr, 0);
-    TupleTableSlot *slot = t->group_slot;
-    bool found = false;
-    while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
-        bool isnull;
-        if (DatumGetChar(get(slot, cat.i_state, &isnull)) == 'r') {
-            found = true;
-            break;
-        }
-    }
-    index_endscan(scan);
-    ExecClearTuple(slot);
-    return found;
+    ScanKeyInit(&k[2], 3, op, op == BTLessStrategyNumber ? F_INT8LT : F_INT8GT,
+                Int64GetDatum(id));
+    s->scan = compat::begin_index_scan(t->items, t->items_group, snap, 3);
+    index_rescan(s->scan, k, 3, nullptr, 0);
+    return s;
+}
+}  // namespace
+
+GroupScan *group_begin(Tables *t, int32 queue_id, Datum group_key, int64 after_id,
+                       Snapshot snap) {
+    return group_scan(t, queue_id, group_key, BTGreaterStrategyNumber, after_id, snap);
 }
 
+bool group_next(GroupScan *s, int64 *id, bool *ready, ItemPointerData *tid) {
+    TupleTableSlot *slot = s->t->group_slot;
+    while (index_getnext_slot(s->scan, ForwardScanDirection, slot)) {
+        bool isnull;
+        if (DatumGetChar(get(slot, cat.i_state, &isnull)) != 'r') continue;
+        *id = DatumGetInt64(get(slot, cat.i_id, &isnull));
+        (void)get(slot, cat.i_run_at, &isnull);
+        *ready = isnull;
+        *tid = slot->tts_tid;
+        return true;
+    }
+    return false;
+}
+
+void group_end(GroupScan *s) {
+    index_endscan(s->scan);
+    ExecClearTuple(s->t->group_slot);
+    pfree(s);
+}
+
+bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap) {
+    GroupScan *s = group_scan(t, queue_id, group_key, BTLessStrategyNumber, id, snap);
+    int64 earlier;
+    bool ready;
+    ItemPointerData tid;
+    bool found = group_next(s, &earlier, &ready, &tid);
+    group_end(s);
+    return found;
+}
 
 }  // namespace pgclaim::pg::direct

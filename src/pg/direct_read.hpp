@@ -58,6 +58,14 @@ bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
 // visible to `snap` (it was deleted or updated since).
 bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out);
 
+// The unfinished items (state 'r') of a group in id order, after
+// `after_id` (every one when it is negative); *ready: not scheduled.
+struct GroupScan;
+GroupScan *group_begin(Tables *t, int32 queue_id, Datum group_key, int64 after_id,
+                       Snapshot snap);
+bool group_next(GroupScan *s, int64 *id, bool *ready, ItemPointerData *tid);
+void group_end(GroupScan *s);
+
 // Is an earlier unfinished item of the group visible?
 bool group_has_earlier(Tables *t, int32 queue_id, Datum group_key, int64 id, Snapshot snap);
 
