@@ -170,8 +170,7 @@ constexpr int kMaxHeadRounds = 8;
 // unlogged rows (see claim_round in claims.cpp): forgotten between
 // pg::wal_mark() and pg::wal_forget(), so that a group claim commits
 // asynchronously. Items made dead are logged writes and stay outside.
-int claim_named_group(const ClaimArgs &a, Datum gkey) {
-    direct::Tables *t = direct::open(direct::Mode::Claim);
+int claim_named_group(const ClaimArgs &a, direct::Tables *t, Datum gkey) {
     uint64 wal = pg::wal_mark();
     int claimed = 0;
     for (int round = 0; round < kMaxHeadRounds; ++round) {
@@ -198,13 +197,12 @@ int claim_named_group(const ClaimArgs &a, Datum gkey) {
         claimed = take_group(a, t, head, tid, gkey, false, &wal);
         break;
     }
-    direct::close(t);
     pg::wal_forget(wal);
     return claimed;
 }
 
 // Walk the ready items in delivery order; claim the group of the first free head.
-int claim_first_group(const ClaimArgs &a) {
+int claim_first_group(const ClaimArgs &a, direct::Tables *t) {
     const int32 qid = a.q->queue_id;
     api::ReadyWalk w;
     api::walk_begin(&w, qid, a.q->max_attempts, a.now);
@@ -212,7 +210,6 @@ int claim_first_group(const ClaimArgs &a) {
 
     // The walk reads a snapshot taken now; the claim of the group found
     // (take_group) checks everything again under the locks.
-    direct::Tables *t = direct::open(direct::Mode::Claim);
     Snapshot snap = direct::latest();
     direct::ReadyScan *scan =
         direct::ready_begin(t, qid, w.from_head ? nullptr : &w.start, true, snap);
@@ -238,7 +235,6 @@ int claim_first_group(const ClaimArgs &a) {
     }
     direct::ready_end(scan);
     direct::release(snap);
-    direct::close(t);
     pg::wal_forget(wal);
     api::walk_end(&w);
     return claimed;
@@ -248,10 +244,19 @@ int group_round(ClaimArgs &a, int64 lease_us, bool named, Datum gkey) {
     a.now = pg::clock_now();
     a.lease_until = a.now + lease_us;
     // Due scheduled items become ready (in place, keeping their id). A group
-    // claim looks every time: a group is held back by a scheduled head, so
-    // a due head must not wait for this backend's promotion schedule.
-    api::promote_due(a.q->queue_id, a.now);
-    int claimed = named ? claim_named_group(a, gkey) : claim_first_group(a);
+    // claim looks every time (one index probe): a group is held back by a
+    // scheduled head, so a due head must not wait for this backend's
+    // promotion schedule.
+    direct::Tables *t = direct::open(direct::Mode::Claim);
+    Snapshot snap = direct::latest();
+    bool due = direct::scheduled_due(t, a.q->queue_id, a.now, snap);
+    direct::release(snap);
+    if (due) {
+        api::promote_due(a.q->queue_id, a.now);
+        CommandCounterIncrement();  // the walk's snapshot sees them ready
+    }
+    int claimed = named ? claim_named_group(a, t, gkey) : claim_first_group(a, t);
+    direct::close(t);
     if (claimed > 0) api::after_tokens();
     shmem::count(a.q->queue_id, shmem::Metric::Claimed, claimed);
     return claimed;

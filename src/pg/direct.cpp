@@ -95,6 +95,7 @@ void on_relcache_inval(Datum, Oid relid) {
     if (!cat.valid) return;
     if (!OidIsValid(relid) || relid == cat.items || relid == cat.claims || relid == cat.queues ||
         relid == cat.items_pkey || relid == cat.items_ready || relid == cat.items_group ||
+        relid == cat.items_scheduled ||
         relid == cat.claims_pkey || relid == cat.claims_token || relid == cat.queues_name ||
         relid == cat.token_seq || relid == cat.item_id_seq) {
         cat.valid = false;
@@ -129,6 +130,7 @@ void load() {
     cat.items_pkey = rel_oid(nsp, "items_pkey");
     cat.items_ready = rel_oid(nsp, "items_ready");
     cat.items_group = rel_oid(nsp, "items_group");
+    cat.items_scheduled = rel_oid(nsp, "items_scheduled");
     cat.claims = rel_oid(nsp, "claims");
     cat.claims_pkey = rel_oid(nsp, "claims_pkey");
     cat.claims_token = rel_oid(nsp, "claims_token");
@@ -372,6 +374,21 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     if (fair_key_id >= 0) set_fair_key(t->ins_slot, fair_key_id);
     insert_slot(t);
     return id;
+}
+
+bool scheduled_due(Tables *t, int32 queue_id, TimestampTz now, Snapshot snap) {
+    Relation idx = index_open(cat.items_scheduled, AccessShareLock);
+    check_index(idx, {cat.i_queue, cat.i_run_at});
+    ScanKeyData k[2];
+    ScanKeyInit(&k[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
+    ScanKeyInit(&k[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+    IndexScanDesc scan = compat::begin_index_scan(t->items, idx, snap, 2);
+    index_rescan(scan, k, 2, nullptr, 0);
+    bool found = index_getnext_slot(scan, ForwardScanDirection, t->group_slot);
+    index_endscan(scan);
+    ExecClearTuple(t->group_slot);
+    index_close(idx, NoLock);
+    return found;
 }
 
 namespace {

@@ -64,6 +64,10 @@ int32 queue_id(Tables *t, Datum name, Snapshot snap);
 int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool run_at_null,
                   Datum group_key, bool group_null, Datum payload, int32 fair_key_id = -1);
 
+// Is a scheduled item of the queue due at `now` (Claim mode; one probe of
+// items_scheduled)?
+bool scheduled_due(Tables *t, int32 queue_id, TimestampTz now, Snapshot snap);
+
 // The next fencing token (nextval of claim.token_seq, with its USAGE check).
 int64 next_token(Tables *t);
 

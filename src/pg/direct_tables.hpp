@@ -18,7 +18,7 @@ namespace pgclaim::pg::direct {
 // Relation OIDs and attribute numbers, resolved once per installation.
 struct Catalog {
     bool valid;
-    Oid items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token,
+    Oid items, items_pkey, items_ready, items_group, items_scheduled, claims, claims_pkey, claims_token,
         token_seq, queues, queues_name, item_id_seq;
     AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
         i_priority, i_dedup;
