@@ -506,9 +506,3 @@ CREATE TRIGGER finished_ring_restore BEFORE INSERT ON claim.finished_ring
     FOR EACH ROW EXECUTE FUNCTION claim._finished_ring_restore();
 ALTER TABLE claim.finished_ring ENABLE ALWAYS TRIGGER finished_ring_restore;
 
--- group_claim reads claim rows by item id through SQL whose plans a session
--- keeps. Planned while claim.claims was empty (right after a VACUUM of an
--- idle queue), they scanned the whole table for every candidate as it
--- filled again; with sequential scans off they always take its indexes.
-ALTER FUNCTION claim.group_claim(text, integer, interval, interval, text, text)
-    SET enable_seqscan = off;
