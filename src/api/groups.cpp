@@ -59,20 +59,19 @@ bool claim_blocks(const ClaimArgs &a, bool has, const direct::ClaimRow &c) {
     return has && (c.lease_until > a.now || c.attempt >= a.q->max_attempts);
 }
 
-// The head (head_tid: the row version the caller read) is locked by the
-// caller. Adds the following ready items of its group, claims them all
+// The head is locked by the caller. Adds the following ready items of its group, claims them all
 // under one token, emits the rows. Returns how many were claimed (0: the
 // head was not claimable after all; it is unlocked).
 // *wal is the caller's pg::wal_mark(): items made dead on the way are
 // logged writes, kept.
-int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, const ItemPointerData &head_tid,
-               Datum gkey, bool gkey_null, uint64 *wal) {
+int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, Datum gkey, bool gkey_null,
+               uint64 *wal) {
     const int32 qid = a.q->queue_id;
     int cap = a.max_items < 64 ? a.max_items : 64;
     int64 *cand = (int64 *)palloc(sizeof(int64) * cap);
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * cap);
     int ncand = 0;
-    cand_tid[ncand] = head_tid;
+    ItemPointerSetInvalid(&cand_tid[ncand]);  // the head is read by id
     cand[ncand++] = head;
 
     if (!gkey_null && a.max_items > 1) {
@@ -134,8 +133,13 @@ int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, const ItemPoin
         direct::ClaimRow c;
         direct::ItemRow it;
         bool has = direct::claim_of(t, id, snap, &c);
-        bool ok = !claim_blocks(a, has, c) && direct::item_at(t, &cand_tid[got], snap, &it) &&
-                  it.ready &&
+        // The head by id: its row may have changed since the walk read it
+        // (a coalescing trigger merges into pending items), and a named
+        // group must not come back empty for that. A follower changed
+        // since is left for the next claim.
+        bool read = got == 0 ? direct::item_get(t, id, snap, &it)
+                             : direct::item_at(t, &cand_tid[got], snap, &it);
+        bool ok = !claim_blocks(a, has, c) && read && it.ready &&
                   (got > 0 || it.group_null ||
                    !direct::group_has_earlier(t, qid, it.group_key, id, snap)) &&
                   (!has || direct::claim_delete(t, &c.tid));
@@ -194,7 +198,7 @@ int claim_named_group(const ClaimArgs &a, direct::Tables *t, Datum gkey) {
             CommandCounterIncrement();  // the next round's snapshot sees it dead
             continue;
         }
-        claimed = take_group(a, t, head, tid, gkey, false, &wal);
+        claimed = take_group(a, t, head, gkey, false, &wal);
         break;
     }
     pg::wal_forget(wal);
@@ -231,7 +235,7 @@ int claim_first_group(const ClaimArgs &a, direct::Tables *t) {
         pg::wal_forget(wal);
         api::walk_kill_dead(&w);
         wal = pg::wal_mark();
-        claimed = take_group(a, t, id, tid, gcopy, gk_null, &wal);
+        claimed = take_group(a, t, id, gcopy, gk_null, &wal);
     }
     direct::ready_end(scan);
     direct::release(snap);
