@@ -271,6 +271,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     uint64 *cand_group = (uint64 *)palloc(sizeof(uint64) * n);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
+    const api::ClaimGrant grant{rsinfo, qname, q.queue_id, now, lease_until, worker, worker_null};
 
     // The scan reads a snapshot taken now; every candidate is checked again
     // under its lock with a snapshot taken after the lock was granted.
@@ -378,19 +379,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             }
             int64 token = api::make_token(direct::next_token(t));
             int32 attempt = has ? c.attempt + 1 : it.failures + 1;
-            direct::claim_insert(t, id, q.queue_id, token, attempt, lease_until, now, worker,
-                                 worker_null);
+            api::grant_claim(t, grant, id, it, token, attempt);
             api::walk_claimed(&w, cand_pos[i], lease_until);
-            Datum out[8] = {qname,
-                            Int64GetDatum(id),
-                            Int64GetDatum(token),
-                            it.group_key,
-                            it.payload,
-                            Int32GetDatum(attempt),
-                            TimestampTzGetDatum(it.enqueued_at),
-                            TimestampTzGetDatum(lease_until)};
-            bool isnull[8] = {false, false, false, it.group_null, false, false, false, false};
-            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
             ++claimed;
         }
         direct::release(snap);
@@ -483,14 +473,7 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
         if (retry_at == 0 && (q.max_active > 0 || q.group_limit > 1))
             retry_at = pg::clock_now() + kLimitRecheckUs;
         if (!api::wait_for_items(q.queue_id, deadline, retry_at)) break;
-        // A queue being dropped (drop_queue waits for this transaction and
-        // wakes it): the call ends with the unknown-queue error. A queue
-        // dropped meanwhile is looked up again, which raises when it is gone.
-        if (shmem::drop_pending(direct::items_relid(), q.queue_id)) api::unknown_queue(name);
-        if (shmem::queue_drops() != drops) {
-            drops = shmem::queue_drops();
-            q = api::lookup_queue(name);
-        }
+        api::recheck_after_wait(name, &q, &drops);
     }
     SPI_finish();
     return (Datum)0;

@@ -126,6 +126,8 @@ int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, Datum gkey, bo
     // rows before we commit. The items this call made dead are seen.
     CommandCounterIncrement();
     Snapshot snap = direct::latest();
+    const api::ClaimGrant grant{a.rsinfo, a.qname, qid, a.now, a.lease_until, a.worker,
+                                a.worker_null};
     int got = 0;
     int64 token = 0;
     for (; got < ncand; ++got) {
@@ -146,18 +148,7 @@ int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, Datum gkey, bo
         if (!ok) break;
         if (got == 0) token = api::make_token(direct::next_token(t));
         int32 attempt = has ? c.attempt + 1 : it.failures + 1;
-        direct::claim_insert(t, id, qid, token, attempt, a.lease_until, a.now, a.worker,
-                             a.worker_null);
-        Datum out[8] = {a.qname,
-                        Int64GetDatum(id),
-                        Int64GetDatum(token),
-                        it.group_key,
-                        it.payload,
-                        Int32GetDatum(attempt),
-                        TimestampTzGetDatum(it.enqueued_at),
-                        TimestampTzGetDatum(a.lease_until)};
-        bool isnull[8] = {false, false, false, it.group_null, false, false, false, false};
-        tuplestore_putvalues(a.rsinfo->setResult, a.rsinfo->setDesc, out, isnull);
+        api::grant_claim(t, grant, id, it, token, attempt);
     }
     direct::release(snap);
     for (int i = got; i < ncand; ++i) pg::unlock_item(cand[i]);
@@ -325,14 +316,7 @@ PGCLAIM_FUNCTION(pgclaim_group_claim) {
         }
         if (claimed > 0) break;
         if (!api::wait_for_items(q.queue_id, deadline)) break;
-        // A queue being dropped (drop_queue waits for this transaction and
-        // wakes it): the call ends with the unknown-queue error. A queue
-        // dropped meanwhile is looked up again, which raises when it is gone.
-        if (shmem::drop_pending(direct::items_relid(), q.queue_id)) api::unknown_queue(name);
-        if (shmem::queue_drops() != drops) {
-            drops = shmem::queue_drops();
-            q = api::lookup_queue(name);
-        }
+        api::recheck_after_wait(name, &q, &drops);
     }
     SPI_finish();
     return (Datum)0;

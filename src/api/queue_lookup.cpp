@@ -5,6 +5,7 @@
 #include "api/ready_walk.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/drops.hpp"
 #include "shmem/epochs.hpp"
 
 namespace pgclaim::api {
@@ -117,6 +118,14 @@ void forget_queues() {
 void unknown_queue(const char *name) {
     pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
               "queue \"%s\" does not exist", name);
+}
+
+void recheck_after_wait(const char *name, QueueInfo *q, uint64 *drops) {
+    if (shmem::drop_pending(pg::direct::items_relid(), q->queue_id)) unknown_queue(name);
+    if (shmem::queue_drops() != *drops) {
+        *drops = shmem::queue_drops();
+        *q = lookup_queue(name);
+    }
 }
 
 }  // namespace pgclaim::api

@@ -25,6 +25,13 @@ void sync_caches();
 // 42704 for a queue that does not exist.
 [[noreturn]] void unknown_queue(const char *name);
 
+// After a claimer's wait for items (claim_next, group_claim): a queue being
+// dropped (drop_queue waits for the claimer's transaction and wakes it) ends
+// the call with the unknown-queue error; when a queue was dropped anywhere
+// meanwhile (*drops, shmem::queue_drops), *q is looked up again, which
+// raises when it is gone. SPI must be connected.
+void recheck_after_wait(const char *name, QueueInfo *q, uint64 *drops);
+
 // The id of the queue a producer adds items to (enqueue, trigger enqueue),
 // 42704 when it does not exist. Call it after claim.items was locked for
 // writing (pg::direct::open in Enqueue mode). Cached per backend for as long

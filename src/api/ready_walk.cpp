@@ -319,4 +319,20 @@ void walk_end(ReadyWalk *w) {
     }
 }
 
+void grant_claim(pg::direct::Tables *t, const ClaimGrant &g, int64 id,
+                 const pg::direct::ItemRow &it, int64 token, int32 attempt) {
+    pg::direct::claim_insert(t, id, g.queue_id, token, attempt, g.lease_until, g.now, g.worker,
+                             g.worker_null);
+    Datum out[8] = {g.qname,
+                    Int64GetDatum(id),
+                    Int64GetDatum(token),
+                    it.group_key,
+                    it.payload,
+                    Int32GetDatum(attempt),
+                    TimestampTzGetDatum(it.enqueued_at),
+                    TimestampTzGetDatum(g.lease_until)};
+    bool isnull[8] = {false, false, false, it.group_null, false, false, false, false};
+    tuplestore_putvalues(g.rsinfo->setResult, g.rsinfo->setDesc, out, isnull);
+}
+
 }  // namespace pgclaim::api

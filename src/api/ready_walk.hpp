@@ -1,10 +1,12 @@
 // The walk over a queue's ready items (claim_next, group_claim), the
-// promotion of due scheduled items before it, the memo of empty queues, and
-// the abort callbacks that forget hints and cached queue ids.
+// promotion of due scheduled items before it, the memo of empty queues, the
+// grant of a claim to an item the walk found, and the abort callbacks that
+// forget hints and cached queue ids.
 #pragma once
 
 #include "core/scan_hint.hpp"
 #include "pg/pg.hpp"
+#include "pg/direct_read.hpp"
 
 namespace pgclaim::api {
 
@@ -94,5 +96,22 @@ void forget_at_commit(int32 queue_id);
 void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until);
 // Kills what is left and records the hint for the next walk.
 void walk_end(ReadyWalk *w);
+
+// What the claims one call grants share: where their rows go, the queue,
+// the lease and the worker.
+struct ClaimGrant {
+    ReturnSetInfo *rsinfo;
+    Datum qname;
+    int32 queue_id;
+    TimestampTz now;
+    TimestampTz lease_until;
+    Datum worker;
+    bool worker_null;
+};
+// Claims item `id`, locked and found claimable (its expired claim row, if
+// any, deleted): inserts its claim row under `token` and appends its
+// claim.item row to the result.
+void grant_claim(pg::direct::Tables *t, const ClaimGrant &g, int64 id,
+                 const pg::direct::ItemRow &it, int64 token, int32 attempt);
 
 }  // namespace pgclaim::api
