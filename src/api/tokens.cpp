@@ -56,6 +56,7 @@ void fence(const ts::Seqs &s) {
         forget_other_ceiling(s);
         known_ceiling = next_ceiling;
         shmem::mark_tokens_fenced();
+        shmem::publish_tokens_ceiling(s.ceiling, next_ceiling);
     }
     ts::unlock();
 }
@@ -100,8 +101,12 @@ void after_tokens() {
     forget_other_ceiling(s);
     int64 handed = ts::last_value(s.token_seq);
     if (handed <= known_ceiling) return;
-    // A token above every ceiling seen here: it leaves the server only once
-    // a durable ceiling covers it.
+    // A ceiling that another backend flushed may cover it.
+    int64 published = shmem::tokens_ceiling(s.ceiling);
+    if (published > known_ceiling) known_ceiling = published;
+    if (handed <= known_ceiling) return;
+    // A token above every ceiling known: it leaves the server only once a
+    // durable ceiling covers it.
     ts::lock();
     int64 ceiling = ts::last_value(s.ceiling);
     if (ceiling < handed) {
@@ -109,6 +114,7 @@ void after_tokens() {
         ts::set_value(s.ceiling, ceiling);
         ts::flush(s.ceiling);
     }
+    shmem::publish_tokens_ceiling(s.ceiling, ceiling);
     known_ceiling = ceiling;
     ts::unlock();
 }

@@ -27,4 +27,34 @@ void mark_tokens_fenced() {
     LWLockRelease(shared->lock);
 }
 
+namespace {
+// The slot of MyDatabaseId in fenced[], or -1. Caller holds shared->lock.
+int fenced_slot() {
+    for (int i = 0; i < shared->nfenced; ++i)
+        if (shared->fenced[i] == MyDatabaseId) return i;
+    return -1;
+}
+}  // namespace
+
+int64 tokens_ceiling(Oid seq) {
+    if (shared == nullptr) return 0;
+    int64 c = 0;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    int i = fenced_slot();
+    if (i >= 0 && shared->ceiling_seq[i] == seq) c = shared->ceiling[i];
+    LWLockRelease(shared->lock);
+    return c;
+}
+
+void publish_tokens_ceiling(Oid seq, int64 ceiling) {
+    if (shared == nullptr) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    int i = fenced_slot();
+    if (i >= 0 && (shared->ceiling_seq[i] != seq || shared->ceiling[i] < ceiling)) {
+        shared->ceiling_seq[i] = seq;
+        shared->ceiling[i] = ceiling;
+    }
+    LWLockRelease(shared->lock);
+}
+
 }  // namespace pgclaim::shmem

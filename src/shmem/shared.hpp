@@ -108,6 +108,10 @@ struct Shared {
     // have lost since this shared memory was set up (see tokens_fenced()).
     int nfenced;
     Oid fenced[kMaxDbSlots];
+    // Per fenced database: the durable token ceiling a backend last flushed,
+    // and the ceiling sequence it belongs to (see tokens_ceiling()).
+    Oid ceiling_seq[kMaxDbSlots];
+    int64 ceiling[kMaxDbSlots];
     FrontierSlot frontiers[kFrontierSlots];
     int nwaiter_slots;
     Waiter waiters[FLEXIBLE_ARRAY_MEMBER];

@@ -13,7 +13,9 @@
 #     untyped parameter, ambiguous under 0.2.0 (42725), resolves;
 #   - claim.set_partition only raises the partition, tokens keep increasing;
 #     a session or role setting of pg_claim.partition is refused tokens;
-#   - a crash restart moves the sequence at most one block of the ceiling.
+#   - a crash restart moves the sequence at most one block of the ceiling;
+#   - a ceiling raised by one backend covers the tokens other backends grant
+#     under it, across a crash.
 use strict;
 use warnings;
 
@@ -82,6 +84,22 @@ $node->start;
 my $after_crash = q1('p0', q{SELECT claim.lease_acquire('crash2', '1 hour')});
 cmp_ok($after_crash, '>', $before_crash, 'after a crash restart tokens are higher');
 cmp_ok($after_crash - $before_crash, '<=', $BLOCK + 64, '... by at most one block of the ceiling');
+
+# --- a ceiling raised by one backend covers another's tokens across a crash ---------
+# Backend A crosses the durable ceiling and raises it; backend B, which never
+# raised it, grants a token above the old ceiling on A's raise (published in
+# shared memory, flushed first). A crash right after loses none of it.
+my $ceiling = q1('p0', q{SELECT last_value FROM claim.token_ceiling});
+q1('p0', "SELECT setval('claim.token_seq', $ceiling - 1)");
+my $a_tok = q1('p0', q{SELECT max(claim.lease_acquire('cross:' || g, '1 hour')) FROM generate_series(1, 2) g});
+cmp_ok($a_tok, '>', $ceiling, 'backend A granted a token above the old ceiling');
+cmp_ok(q1('p0', q{SELECT last_value FROM claim.token_ceiling}), '>=', $a_tok, '... and raised the durable ceiling');
+my $b_tok = q1('p0', q{SELECT claim.lease_acquire('cross:b', '1 hour')});
+cmp_ok($b_tok, '>', $a_tok, 'backend B granted the next token');
+$node->stop('immediate');
+$node->start;
+my $c_tok = q1('p0', q{SELECT claim.lease_acquire('cross:c', '1 hour')});
+cmp_ok($c_tok, '>', $b_tok, 'after a crash the next token is higher than the token of backend B');
 
 # --- partition 5 under 0.2.0 -------------------------------------------------------
 # The library is the current one, which hands out no token of another
