@@ -31,8 +31,7 @@ constexpr int kStaleTokensShown = 20;
 
 struct ItemToken {
     int64 item;
-    int tok;                 // index into the token array
-    ItemPointerData claim;  // the claim row version the token was found in
+    int tok;  // index into the token array
 };
 
 // What a completion needs to know of a queue (pg::FinishSettings), cached
@@ -81,16 +80,16 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
     ItemToken *pairs = (ItemToken *)palloc(sizeof(ItemToken) * cap);
     for (int k = 0; k < ntok; ++k) {
         done[k] = false;
-        direct::TokenClaim *found;
-        int n = direct::items_with_token(t, tokens[k], snap, &found);
+        int64 *ids;
+        int n = direct::items_with_token(t, tokens[k], snap, &ids);
         for (int i = 0; i < n; ++i) {
             if (npairs == cap) {
                 cap *= 2;
                 pairs = (ItemToken *)repalloc(pairs, sizeof(ItemToken) * cap);
             }
-            pairs[npairs++] = ItemToken{found[i].item, k, found[i].tid};
+            pairs[npairs++] = ItemToken{ids[i], k};
         }
-        pfree(found);
+        pfree(ids);
     }
     direct::release(snap);
     std::sort(pairs, pairs + npairs,
@@ -106,10 +105,7 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
             int k = pairs[i].tok;
             direct::ClaimRow c;
             direct::ItemRow it;
-            // The row version found by the token, unless it changed since.
-            bool have = direct::claim_at(t, &pairs[i].claim, pairs[i].item, snap, &c) ||
-                        direct::claim_of(t, pairs[i].item, snap, &c);
-            if (!have || c.token != tokens[k] ||
+            if (!direct::claim_of(t, pairs[i].item, snap, &c) || c.token != tokens[k] ||
                 c.lease_until <= now || !direct::item_get(t, pairs[i].item, snap, &it))
                 continue;
             bool ok;

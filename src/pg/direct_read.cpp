@@ -129,59 +129,39 @@ void ready_end(ReadyScan *s) {
     pfree(s);
 }
 
-namespace {
-void claim_read(TupleTableSlot *slot, ClaimRow *out) {
+bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
+    TupleTableSlot *slot = t->claim_slot;
+    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) return false;
     bool isnull;
     out->token = DatumGetInt64(get(slot, cat.c_token, &isnull));
     out->attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));
     out->lease_until = DatumGetTimestampTz(get(slot, cat.c_lease, &isnull));
     out->tid = slot->tts_tid;
     ExecClearTuple(slot);
-}
-}  // namespace
-
-bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
-    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, t->claim_slot)) return false;
-    claim_read(t->claim_slot, out);
     return true;
 }
 
-bool claim_at(Tables *t, const ItemPointerData *tid, int64 item_id, Snapshot snap, ClaimRow *out) {
-    TupleTableSlot *slot = t->claim_slot;
-    ItemPointerData copy = *tid;
-    if (!table_tuple_fetch_row_version(t->claims, &copy, snap, slot)) return false;
-    bool isnull;
-    if (DatumGetInt64(get(slot, cat.c_item, &isnull)) != item_id) {
-        ExecClearTuple(slot);
-        return false;
-    }
-    claim_read(slot, out);
-    return true;
-}
-
-int items_with_token(Tables *t, int64 token, Snapshot snap, TokenClaim **out) {
+int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids) {
     ScanKeyData k;
     ScanKeyInit(&k, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(token));
     IndexScanDesc scan = compat::begin_index_scan(t->claims, t->claims_token, snap, 1);
     index_rescan(scan, &k, 1, nullptr, 0);
     int n = 0, cap = 4;
-    TokenClaim *v = (TokenClaim *)palloc(sizeof(TokenClaim) * cap);
+    int64 *v = (int64 *)palloc(sizeof(int64) * cap);
     TupleTableSlot *slot = t->claim_slot;
     while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
         bool isnull;
         if (n == cap) {
             cap *= 2;
-            v = (TokenClaim *)repalloc(v, sizeof(TokenClaim) * cap);
+            v = (int64 *)repalloc(v, sizeof(int64) * cap);
         }
-        v[n].item = DatumGetInt64(get(slot, cat.c_item, &isnull));
-        v[n].tid = slot->tts_tid;
-        ++n;
+        v[n++] = DatumGetInt64(get(slot, cat.c_item, &isnull));
     }
     index_endscan(scan);
     ExecClearTuple(slot);
     // Ascending, so that lockers of several items never deadlock.
-    std::sort(v, v + n, [](const TokenClaim &a, const TokenClaim &b) { return a.item < b.item; });
-    *out = v;
+    std::sort(v, v + n);
+    *ids = v;
     return n;
 }
 

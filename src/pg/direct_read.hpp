@@ -39,17 +39,9 @@ struct ClaimRow {
 };
 // The claim row of an item, if one is visible.
 bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out);
-// The claim row version at `tid`, if it is visible to `snap` and is the
-// claim of `item_id` (false when it was deleted or updated since).
-bool claim_at(Tables *t, const ItemPointerData *tid, int64 item_id, Snapshot snap, ClaimRow *out);
-
-struct TokenClaim {
-    int64 item;
-    ItemPointerData tid;  // of the claim row version found
-};
-// The claim rows that carry `token`, by item id ascending; returns the count
-// and a palloc'd array in *out.
-int items_with_token(Tables *t, int64 token, Snapshot snap, TokenClaim **out);
+// Items whose claim row carries `token`, ascending; returns the count and
+// a palloc'd array in *ids.
+int items_with_token(Tables *t, int64 token, Snapshot snap, int64 **ids);
 
 struct ItemRow {
     int32 queue_id;
