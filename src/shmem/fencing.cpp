@@ -5,28 +5,6 @@
 
 namespace pgclaim::shmem {
 
-bool tokens_fenced() {
-    static bool fenced_here = false;  // this process saw it already
-    if (fenced_here) return true;
-    if (shared == nullptr) return false;
-    LWLockAcquire(shared->lock, LW_SHARED);
-    for (int i = 0; i < shared->nfenced; ++i)
-        if (shared->fenced[i] == MyDatabaseId) fenced_here = true;
-    LWLockRelease(shared->lock);
-    return fenced_here;
-}
-
-void mark_tokens_fenced() {
-    if (shared == nullptr) return;
-    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-    bool have = false;
-    for (int i = 0; i < shared->nfenced; ++i)
-        if (shared->fenced[i] == MyDatabaseId) have = true;
-    // A full table (more than kMaxDbSlots databases) just keeps flushing.
-    if (!have && shared->nfenced < kMaxDbSlots) shared->fenced[shared->nfenced++] = MyDatabaseId;
-    LWLockRelease(shared->lock);
-}
-
 namespace {
 // The slot of MyDatabaseId in fenced[], or -1. Caller holds shared->lock.
 int fenced_slot() {
@@ -35,6 +13,25 @@ int fenced_slot() {
     return -1;
 }
 }  // namespace
+
+bool tokens_fenced() {
+    static bool fenced_here = false;  // this process saw it already
+    if (fenced_here) return true;
+    if (shared == nullptr) return false;
+    LWLockAcquire(shared->lock, LW_SHARED);
+    fenced_here = fenced_slot() >= 0;
+    LWLockRelease(shared->lock);
+    return fenced_here;
+}
+
+void mark_tokens_fenced() {
+    if (shared == nullptr) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    // A full table (more than kMaxDbSlots databases) just keeps flushing.
+    if (fenced_slot() < 0 && shared->nfenced < kMaxDbSlots)
+        shared->fenced[shared->nfenced++] = MyDatabaseId;
+    LWLockRelease(shared->lock);
+}
 
 int64 tokens_ceiling(Oid seq) {
     if (shared == nullptr) return 0;
