@@ -19,11 +19,14 @@
 //    until its ttl ends). A slot is free when its holder expired or was
 //    released; the next grant updates the holder row in place (HOT);
 //  * renew and release work on the holder's row by (N, token) without the
-//    slot lock: a concurrent grant of the slot replaces the token, and
-//    UPDATE re-checks its condition on the latest row version;
-//  * every check reads the latest committed state (pg::run).
+//    slot lock: a concurrent grant of the slot replaces the token, and the
+//    update re-checks its condition on the latest row version;
+//  * every check reads the latest committed state. The grant of a slot that
+//    has a row, the read of the holders and the release go through direct
+//    index probes and updates (pg/direct_leases.hpp); the rest through SPI.
 #include "api/partition.hpp"
 #include "api/tokens.hpp"
+#include "pg/direct_leases.hpp"
 #include "core/lease_rules.hpp"
 #include "core/rules.hpp"
 #include "shmem/lease_grants.hpp"
@@ -38,6 +41,7 @@ extern "C" {
 
 using namespace pgclaim;
 using pgclaim::pg::Stmt;
+namespace direct = pgclaim::pg::direct;
 
 namespace {
 
@@ -47,34 +51,9 @@ namespace {
 constexpr int64_t kBusyPollUs = 100 * 1000;
 constexpr int kMaxHolderBytes = 1024;
 
-// A released holder counts as expired (-infinity).
-Stmt s_holders = {
-    "SELECT h.slot, h.permits,"
-    "  CASE WHEN r.token = h.token THEN '-infinity'::timestamptz ELSE h.expires_at END, h.token "
-    "FROM claim.lease_holders h"
-    "  LEFT JOIN claim.lease_released r ON r.name = h.name AND r.slot = h.slot "
-    "WHERE h.name = $1",
-    1, {TEXTOID}, nullptr};
-
 #define RELEASED(a)                                                              \
     "EXISTS (SELECT 1 FROM claim.lease_released r"                              \
     "        WHERE r.name = " a ".name AND r.slot = " a ".slot AND r.token = " a ".token)"
-
-// Grant a free slot, under the slot's lock (so no other grant of it is in
-// flight). A slot that has a row is taken over by its old token: a plain
-// HOT update. Under the lock the row changes only by a grant that committed
-// since the caller read it (a new token), or by a renew that won the race
-// with the expiry ($8: the slot was free because it expired, not because it
-// was released; a released token cannot be renewed). UPDATE re-checks both
-// on the latest row version.
-Stmt s_take = {
-    "UPDATE claim.lease_holders"
-    "  SET token = " PGCLAIM_NEXT_TOKEN_SQL ", holder = $3, permits = $4,"
-    "      acquired_at = $5, expires_at = $6 "
-    "WHERE name = $1 AND slot = $2 AND token = $7 AND (NOT $8 OR expires_at <= $5) "
-    "RETURNING token",
-    8, {TEXTOID, INT4OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, BOOLOID},
-    nullptr};
 
 // A slot without a row.
 Stmt s_insert = {
@@ -91,10 +70,8 @@ Stmt s_renew = {
     "RETURNING h.expires_at",
     4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, nullptr};
 
-// Ends a live holding by recording its token in the UNLOGGED
-// claim.lease_released: no WAL, so the commit does not wait for a flush. A
-// release lost in a crash leaves the lease held until its ttl ends. The
-// holder row stays for the next grant of the slot (a HOT update).
+// Ends a live holding whose slot has no claim.lease_released row yet (the
+// direct path updates the row the slot has).
 Stmt s_release = {
     "INSERT INTO claim.lease_released AS x (name, slot, token) "
     "SELECT h.name, h.slot, h.token FROM claim.lease_holders h "
@@ -205,7 +182,9 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
 
     SPI_connect();
     api::before_tokens();
+    direct::LeaseTables *lt = direct::lease_open(direct::LeaseMode::Acquire);
     int cap = permits + 8;
+    direct::LeaseHolderRow *read = (direct::LeaseHolderRow *)palloc(sizeof(*read) * cap);
     HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
     int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
     int64 *old_token = (int64 *)palloc(sizeof(int64) * permits);  // 0: no row
@@ -222,27 +201,21 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     while (!granted) {
         TimestampTz now = pg::clock_now();
         bool announced = shmem::lease_grant_begin(name_hash, permits);
-        Datum hv[1] = {PointerGetDatum(n.t)};
-        uint64 nrows = pg::run(s_holders, hv, nullptr);
-        if (nrows > (uint64)cap) {
-            cap = (int)nrows;
-            rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
-        }
+        int nrows = direct::lease_holders(lt, PointerGetDatum(n.t), &read, &cap);
+        rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
         for (int32 s = 0; s < permits; ++s) {
             old_token[s] = 0;
             expired[s] = false;
         }
-        for (uint64 r = 0; r < nrows; ++r) {
-            bool isnull;
-            rows[r].slot = pg::col_int32(r, 1);
-            rows[r].permits = pg::col_int32(r, 2);
-            rows[r].expires_at = DatumGetTimestampTz(pg::col(r, 3, &isnull));
+        for (int r = 0; r < nrows; ++r) {
+            rows[r].slot = read[r].slot;
+            rows[r].permits = read[r].permits;
+            rows[r].expires_at = read[r].expires_at;
             if (rows[r].slot >= 0 && rows[r].slot < permits) {
-                old_token[rows[r].slot] = pg::col_int64(r, 4);
+                old_token[rows[r].slot] = read[r].token;
                 expired[rows[r].slot] = rows[r].expires_at != DT_NOBEGIN;  // -infinity: released
             }
         }
-        pg::free_result();  // copied out: a long wait must not keep every round's rows
         int32 nfree = 0;
         int64 next_expiry = 0;
         pg::call_core([&] {
@@ -263,17 +236,29 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
                 busy = true;
                 continue;
             }
-            Datum gv[8] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
-                           holder,                   Int32GetDatum(permits),
-                           TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us),
-                           Int64GetDatum(old_token[slot]), BoolGetDatum(expired[slot])};
-            char gn[9] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', ' ', ' ', '\0'};
-            if (pg::run(old_token[slot] != 0 ? s_take : s_insert, gv, gn) > 0) {
-                token = pg::col_int64(0, 1);
-                granted = true;
-                break;  // the lock stays until the transaction ends
+            // A slot that has a row is taken over from its old token (a HOT
+            // update). Under the slot's lock the row changes only by a grant
+            // that committed since it was read (a new token), or by a renew
+            // that won the race with the expiry (the slot was free because
+            // it expired, not because it was released); lease_take checks
+            // both on the latest row version.
+            if (old_token[slot] != 0) {
+                granted = direct::lease_take(lt, PointerGetDatum(n.t), slot, old_token[slot],
+                                             expired[slot], now, now + ttl_us, holder,
+                                             holder_null, permits, &token);
+                if (granted) break;  // the lock stays until the transaction ends
+            } else {
+                Datum gv[6] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
+                               holder,                   Int32GetDatum(permits),
+                               TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us)};
+                char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+                if (pg::run(s_insert, gv, gn) > 0) {
+                    token = pg::col_int64(0, 1);
+                    granted = true;
+                    break;
+                }
+                pg::free_result();
             }
-            pg::free_result();
             pg::unlock_lease(key);  // granted by someone else since we looked
             busy = true;
         }
@@ -290,6 +275,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
         else
             CHECK_FOR_INTERRUPTS();
     }
+    direct::lease_close(lt);
     // The token must be durable before it leaves the server.
     if (granted) api::after_tokens();
     SPI_finish();
@@ -318,12 +304,23 @@ PGCLAIM_FUNCTION(pgclaim_lease_release) {
     pg::require_arg(fcinfo, 0, "name");
     int64 token = api::token_arg(fcinfo, 1, "claim.lease_release");
     NameArg n = name_arg(fcinfo, 0);
-    SPI_connect();
-    Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(pg::clock_now())};
-    bool live = pg::run(s_release, v, nullptr) > 0;
+    // The release is recorded in the UNLOGGED claim.lease_released: no WAL,
+    // so the commit does not wait for a flush. A release lost in a crash
+    // leaves the lease held until its ttl ends. The holder row stays for the
+    // next grant of the slot.
+    TimestampTz now = pg::clock_now();
+    direct::LeaseTables *lt = direct::lease_open(direct::LeaseMode::Release);
+    direct::ReleaseResult r = direct::lease_release(lt, PointerGetDatum(n.t), token, now);
+    direct::lease_close(lt);
+    bool live = r == direct::ReleaseResult::Released;
+    if (r == direct::ReleaseResult::NoRow) {
+        SPI_connect();
+        Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(now)};
+        live = pg::run(s_release, v, nullptr) > 0;
+        SPI_finish();
+    }
     // A slot is free once this commits: wake a waiter.
     if (live) shmem::notify_ready(shmem::WaitKind::Lease, (int64)wake_key(n));
-    SPI_finish();
     PG_RETURN_BOOL(live);
 }
 

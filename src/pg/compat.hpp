@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/tableam.h"
 #include "catalog/pg_database.h"
 #include "utils/acl.h"
 #include "executor/executor.h"
@@ -25,6 +26,42 @@ inline List *insert_index_entries(ResultRelInfo *rri, TupleTableSlot *slot, ESta
     return ExecInsertIndexTuples(rri, slot, estate, false, false, nullptr, NIL, false);
 #else
     return ExecInsertIndexTuples(rri, slot, estate, false, false, nullptr, NIL);
+#endif
+}
+
+// Replaces the row at `otid` by the row in `slot` (the table AM's update,
+// waiting for a concurrent writer of the row to end). *index_entries: the new
+// version needs index entries (not a HOT update); *only_summarizing: only in
+// summarizing indexes (16 and later tell that apart; 15 reports a bool).
+inline TM_Result update_tuple(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId cid,
+                              Snapshot snap, TM_FailureData *tmfd, bool *index_entries,
+                              bool *only_summarizing) {
+    LockTupleMode lockmode;
+#if PG_VERSION_NUM >= 160000
+    TU_UpdateIndexes ui = TU_None;
+    TM_Result r = table_tuple_update(rel, otid, slot, cid, snap, InvalidSnapshot, true, tmfd,
+                                     &lockmode, &ui);
+    *index_entries = ui != TU_None;
+    *only_summarizing = ui == TU_Summarizing;
+#else
+    bool ui = false;
+    TM_Result r = table_tuple_update(rel, otid, slot, cid, snap, InvalidSnapshot, true, tmfd,
+                                     &lockmode, &ui);
+    *index_entries = ui;
+    *only_summarizing = false;
+#endif
+    return r;
+}
+
+// Index entries for the new version of an updated row (update_tuple said it
+// needs them).
+inline List *update_index_entries(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate,
+                                  bool only_summarizing) {
+#if PG_VERSION_NUM >= 160000
+    return ExecInsertIndexTuples(rri, slot, estate, true, false, nullptr, NIL, only_summarizing);
+#else
+    (void)only_summarizing;
+    return ExecInsertIndexTuples(rri, slot, estate, true, false, nullptr, NIL);
 #endif
 }
 

@@ -169,6 +169,20 @@ SELECT pg_temp.try($$SELECT claim.lease_renew('x', 1, '8 days')$$);
 -- nothing above was granted
 SELECT count(*) AS holders FROM claim.leases WHERE name = 'x';
 
+-- A grant whose new row version does not fit on its page (not a HOT
+-- update) gives it index entries: releases, which look holders up by name
+-- through the primary key, find every one.
+SELECT count(*) FILTER (WHERE claim.lease_release('wide' || g, claim.lease_acquire('wide' || g, '1 minute', repeat('h', 1000)))) AS released
+FROM generate_series(1, 12) g;
+BEGIN;
+SELECT count(claim.lease_acquire('wide' || g, '1 minute', repeat('k', 1000))) AS granted
+FROM generate_series(1, 12) g;
+SELECT pg_stat_get_xact_tuples_updated('claim.lease_holders'::regclass)
+     > pg_stat_get_xact_tuples_hot_updated('claim.lease_holders'::regclass) AS some_not_hot;
+COMMIT;
+SELECT count(*) FILTER (WHERE claim.lease_release(name, token)) AS released
+FROM claim.lease_holders WHERE name LIKE 'wide%' AND holder LIKE 'k%';
+
 -- privileges: the functions are callable, the tables are not PUBLIC's
 SELECT has_function_privilege('public', 'claim.lease_acquire(text, interval, text, integer, interval)', 'EXECUTE') AS public_acquire,
        has_function_privilege('public', 'claim.lease_purge(interval)', 'EXECUTE') AS public_purge,
