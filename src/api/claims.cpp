@@ -221,22 +221,45 @@ bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::Item
     return true;
 }
 
-// An entry of the ready index whose item another claimer's open transaction
-// holds, having said the item has no group key: passed over as the walk
-// passes every busy item without a group key (walk_pass_busy), but without
-// reading its row. Many claimers at once would otherwise each read the rows
-// of all items the others are taking, on the heap pages those write.
+// Entries of the ready index passed over without reading the item's row.
+// Many claimers at once would otherwise each read the rows of all items the
+// others are taking or hold, on the heap pages those write:
+//  * an item whose lock another claimer's open transaction holds, having
+//    said the item has no group key: passed as the walk passes every busy
+//    item without a group key (walk_pass_busy);
+//  * an item with a live claim row (its lease runs past `now`): not
+//    claimable whatever its row says, passed as the walk passes a live
+//    claim (walk_step). The claim row is probed by the item's id from the
+//    entry; the probe of an item that is not passed is kept for the caller.
 struct PassClaimed {
     api::ReadyWalk *w;
     bool *met_any;
+    direct::Tables *t;
+    const Snapshot *snap;  // the walk's snapshot (it changes when the walk jumps)
+    TimestampTz now;
+    int64 probed_id;  // the last item probed and not passed (0: none)
+    bool probed_has;
+    direct::ClaimRow probed;
 };
 
 bool pass_claimed_now(int64 id, int32 ord, void *arg) {
-    if (!pg::item_busy_ungrouped(id)) return false;
     auto *p = (PassClaimed *)arg;
-    *p->met_any = true;
-    api::walk_pass_busy(p->w, ScanPos{ord, id});
-    return true;
+    if (pg::item_busy_ungrouped(id)) {
+        *p->met_any = true;
+        api::walk_pass_busy(p->w, ScanPos{ord, id});
+        return true;
+    }
+    direct::ClaimRow c{};
+    bool has = direct::claim_of(p->t, id, *p->snap, &c);
+    if (has && c.lease_until > p->now) {
+        *p->met_any = true;
+        (void)api::walk_step(p->w, ScanPos{ord, id}, true, c.lease_until, c.attempt);
+        return true;
+    }
+    p->probed_id = id;
+    p->probed_has = has;
+    p->probed = c;
+    return false;
 }
 
 // One pass over the queue: claims up to n items, appends them to the result.
@@ -287,7 +310,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                                    scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
-    PassClaimed passing{&w, &met_any};
+    PassClaimed passing{&w, &met_any, t, &scan_snap, now, 0, false, {}};
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -327,10 +350,18 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 scan_snap = direct::latest();
                 scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap);
                 api::walk_jumped(&w, to, to_expires);
+                passing.probed_id = 0;
                 continue;
             }
             direct::ClaimRow c{};
-            bool has = direct::claim_of(t, id, scan_snap, &c);
+            bool has;
+            if (!fair && passing.probed_id == id) {  // probed by pass_claimed_now
+                has = passing.probed_has;
+                c = passing.probed;
+            } else {
+                has = direct::claim_of(t, id, scan_snap, &c);
+            }
+            passing.probed_id = 0;
             if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;
             uint64 group_hash = 0;
             if (!group_null) {
