@@ -231,13 +231,18 @@ bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::Item
 //    claimable whatever its row says, passed as the walk passes a live
 //    claim (walk_step). The claim row is probed by the item's id from the
 //    entry; the probe of an item that is not passed is kept for the caller.
+//    Items under live claims lie in runs (those claimed together or one
+//    after the other), so the probe comes first only after a live claim: an
+//    entry whose item is gone (completed, and kept by an old snapshot) is
+//    probed at most once per run of live claims before it.
 struct PassClaimed {
     api::ReadyWalk *w;
     bool *met_any;
     direct::Tables *t;
     const Snapshot *snap;  // the walk's snapshot (it changes when the walk jumps)
     TimestampTz now;
-    int64 probed_id;  // the last item probed and not passed (0: none)
+    bool probe_first;  // the last claim met was live
+    int64 probed_id;   // the last item probed and not passed (0: none)
     bool probed_has;
     direct::ClaimRow probed;
 };
@@ -249,6 +254,7 @@ bool pass_claimed_now(int64 id, int32 ord, void *arg) {
         api::walk_pass_busy(p->w, ScanPos{ord, id});
         return true;
     }
+    if (!p->probe_first) return false;
     direct::ClaimRow c{};
     bool has = direct::claim_of(p->t, id, *p->snap, &c);
     if (has && c.lease_until > p->now) {
@@ -256,6 +262,7 @@ bool pass_claimed_now(int64 id, int32 ord, void *arg) {
         (void)api::walk_step(p->w, ScanPos{ord, id}, true, c.lease_until, c.attempt);
         return true;
     }
+    p->probe_first = false;
     p->probed_id = id;
     p->probed_has = has;
     p->probed = c;
@@ -310,7 +317,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                                    scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
-    PassClaimed passing{&w, &met_any, t, &scan_snap, now, 0, false, {}};
+    PassClaimed passing{&w, &met_any, t, &scan_snap, now, true, 0, false, {}};
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -360,6 +367,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 c = passing.probed;
             } else {
                 has = direct::claim_of(t, id, scan_snap, &c);
+                if (has && c.lease_until > now) passing.probe_first = true;
             }
             passing.probed_id = 0;
             if (!api::walk_step(&w, ScanPos{ord, id}, has, c.lease_until, c.attempt)) continue;

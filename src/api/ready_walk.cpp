@@ -33,14 +33,17 @@ void promote_due(int32 queue_id, TimestampTz now) {
 }
 
 namespace {
-// At most this long after an empty scan another is skipped: the bound on
-// what a path that makes items ready without a notification would delay.
+// At most this long after an empty scan ended another is skipped: the
+// bound on what a path that makes items ready without a notification would
+// delay. Counted from the end, so that a scan slower than this (a long walk
+// over rows a pinned snapshot keeps) still spares the next ones.
 constexpr int64 kEmptyUs = 100 * 1000;
 constexpr int kEmptySlots = 16;
 struct EmptyMemo {
     Oid install;
     int32 queue_id;
-    TimestampTz since;  // 0: unused
+    TimestampTz since;  // when the empty scan started; 0: unused
+    TimestampTz until;  // kEmptyUs after it ended
 };
 EmptyMemo empty_memo[kEmptySlots];
 
@@ -55,8 +58,7 @@ EmptyMemo *memo_of(int32 queue_id) {
 bool queue_seen_empty(int32 queue_id, TimestampTz now) {
     EmptyMemo *m = memo_of(queue_id);
     if (m == nullptr) return false;
-    if (now - m->since < kEmptyUs && now >= m->since &&
-        shmem::queue_quiet_since(queue_id, m->since))
+    if (now < m->until && now >= m->since && shmem::queue_quiet_since(queue_id, m->since))
         return true;
     m->since = 0;
     return false;
@@ -70,7 +72,8 @@ void remember_empty(int32 queue_id, TimestampTz scan_start) {
         for (EmptyMemo &e : empty_memo)
             if (e.since == 0 || e.since < m->since) m = &e;  // a free or the oldest
     }
-    *m = EmptyMemo{pg::direct::items_relid(), queue_id, scan_start};
+    *m = EmptyMemo{pg::direct::items_relid(), queue_id, scan_start,
+                   GetCurrentTimestamp() + kEmptyUs};
 }
 
 void forget_empty(int32 queue_id) {

@@ -51,7 +51,7 @@ struct ReadyWalk {
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
 
 // Empty queues. A claim scan that met no ready item at all (not even a
-// claimed one) remembers when it started; for a short while after (kEmptyUs),
+// claimed one) remembers when it started; for a short while after it ended (kEmptyUs),
 // while no transaction has made items of the queue ready since (every path
 // that does calls shmem::notify_ready, which stamps the queue at commit), the
 // next scans of this backend are skipped. An empty queue polled under a long
