@@ -39,18 +39,6 @@ namespace pgclaim::pg::direct {
 namespace {
 
 
-Oid rel_oid(Oid nsp, const char *name) {
-    Oid o = get_relname_relid(name, nsp);
-    if (!OidIsValid(o)) missing_object(psprintf("relation claim.%s", name));
-    return o;
-}
-
-AttrNumber att(Oid rel, const char *name) {
-    AttrNumber a = get_attnum(rel, name);
-    if (a == InvalidAttrNumber) missing_object(psprintf("column %s", name));
-    return a;
-}
-
 // The IndexInfo of each index of our tables, built once per backend
 // (ExecOpenIndices builds it again on every call), with its partial-index
 // predicate compiled (ExecInsertIndexTuples would compile it every time), in
@@ -175,11 +163,6 @@ void check_index(Relation idx, std::initializer_list<AttrNumber> cols) {
                "The extension's objects were altered; re-create the extension."},
               "pg_claim: index %s does not have the expected columns",
               RelationGetRelationName(idx));
-}
-
-void require(Oid rel, AclMode mode) {
-    AclResult r = pg_class_aclcheck(rel, GetUserId(), mode);
-    if (r != ACLCHECK_OK) aclcheck_error(r, OBJECT_TABLE, get_rel_name(rel));
 }
 
 }  // namespace

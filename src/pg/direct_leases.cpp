@@ -1,5 +1,6 @@
 // Server layer: see direct_leases.hpp.
 #include "pg/direct_leases.hpp"
+#include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
 
 extern "C" {
@@ -45,18 +46,6 @@ void on_relcache_inval(Datum, Oid relid) {
         lc.valid = false;
 }
 
-Oid rel_oid(Oid nsp, const char *name) {
-    Oid o = get_relname_relid(name, nsp);
-    if (!OidIsValid(o)) missing_object(psprintf("relation claim.%s", name));
-    return o;
-}
-
-AttrNumber att(Oid rel, const char *name) {
-    AttrNumber a = get_attnum(rel, name);
-    if (a == InvalidAttrNumber) missing_object(psprintf("column %s", name));
-    return a;
-}
-
 void load() {
     if (lc.valid) return;
     static bool registered = false;
@@ -81,11 +70,6 @@ void load() {
     lc.r_slot = att(lc.released, "slot");
     lc.r_token = att(lc.released, "token");
     lc.valid = true;
-}
-
-void require(Oid rel, AclMode mode) {
-    AclResult r = pg_class_aclcheck(rel, GetUserId(), mode);
-    if (r != ACLCHECK_OK) aclcheck_error(r, OBJECT_TABLE, get_rel_name(rel));
 }
 
 // Both primary keys are (name, slot): a clear error rather than a wrong

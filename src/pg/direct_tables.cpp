@@ -8,11 +8,31 @@ extern "C" {
 #include "access/stratnum.h"
 #include "commands/sequence.h"
 #include "utils/fmgroids.h"
+#include "utils/acl.h"
+#include "utils/lsyscache.h"
+#include "miscadmin.h"
 }
 
 namespace pgclaim::pg::direct {
 
 Catalog cat;
+
+Oid rel_oid(Oid nsp, const char *name) {
+    Oid o = get_relname_relid(name, nsp);
+    if (!OidIsValid(o)) missing_object(psprintf("relation claim.%s", name));
+    return o;
+}
+
+AttrNumber att(Oid rel, const char *name) {
+    AttrNumber a = get_attnum(rel, name);
+    if (a == InvalidAttrNumber) missing_object(psprintf("column %s", name));
+    return a;
+}
+
+void require(Oid rel, AclMode mode) {
+    AclResult r = pg_class_aclcheck(rel, GetUserId(), mode);
+    if (r != ACLCHECK_OK) aclcheck_error(r, OBJECT_TABLE, get_rel_name(rel));
+}
 
 bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTableSlot *slot) {
     ScanKeyData k;

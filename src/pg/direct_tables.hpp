@@ -38,6 +38,12 @@ struct Tables {
     ResultRelInfo *rri;
 };
 
+// A relation of schema `nsp` and a column of a relation, by name (a clear
+// error when missing); the caller's privilege `mode` on a relation (42501).
+Oid rel_oid(Oid nsp, const char *name);
+AttrNumber att(Oid rel, const char *name);
+void require(Oid rel, AclMode mode);
+
 // An attribute of the row in `slot`.
 inline Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) {
     return slot_getattr(slot, a, isnull);
