@@ -286,7 +286,7 @@ baseline_left() { sql -c "SELECT count(*) FROM q WHERE status = 'new'"; }
 # ---------------------------------------------------------------- pg_claim queues
 # fill_claim QUEUE N [CREATE_ARGS] [GROUP_EXPR]
 # Fresh queue (dropped first), created with `claim.create_queue('QUEUE'[, CREATE_ARGS])`, filled
-# with enqueue_batch in chunks of $FILL_CHUNK (10000); GROUP_EXPR, an SQL expression of the item
+# with claim.enqueue_many in chunks of $FILL_CHUNK (10000); GROUP_EXPR, an SQL expression of the item
 # number g, gives each item's group key. Then VACUUM ANALYZE. Sets FILL_SECS, FILL_RATE.
 fill_claim() {
     local queue=$1 n=$2 args=${3:-} gexpr=${4:-} chunk=${FILL_CHUNK:-10000} t0 t1 done_=0 c keys

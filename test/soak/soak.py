@@ -2,7 +2,7 @@
 """The fault soak's load, chaos and checker (driven by test/soak.sh).
 
 Clients (one connection each, every one of them reconnects after losing it):
-  producers   single enqueue, enqueue_batch, and rows inserted into a table with
+  producers   single enqueue, enqueue_many, and rows inserted into a table with
               a row-level claim.enqueue_trigger; each records what it enqueued
               (a unique key k) in soak_enqueued in the same transaction.
   workers     claim_next (some waiting) and group_claim; each records its
@@ -187,7 +187,7 @@ class Producer(Client):
                     "SELECT claim.enqueue_many('soak_q', %s::jsonb[], %s::text[])",
                     ([Jsonb({"k": k}) for k in ks], gs)).fetchall()]
                 if len(ids) != size:
-                    raise RuntimeError(f"enqueue_batch returned {len(ids)} ids for {size}")
+                    raise RuntimeError(f"enqueue_many returned {len(ids)} ids for {size}")
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO soak_enqueued (k, item_id, queue, group_key, kind)"
                                     " VALUES (%s, %s, 'soak_q', %s, 'batch')",
