@@ -20,8 +20,9 @@ OBJS = $(SRCS:.cpp=.o)
 # schema "claim" that another role controls), the 0.1.0 script and the
 # upgrade, so a fresh install and an updated one are the same; TAP test
 # 007_upgrade compares their catalogs.
-DATA         = sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql
-DATA_built   = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql
+DATA         = sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql \
+               sql/pg_claim--0.3.0--0.4.0.sql
+DATA_built   = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql sql/pg_claim--0.4.0.sql
 
 # Regression inputs test/sql/*.sql, expected outputs expected/*.out (top
 # level). pg_regress looks for expected/NAME.out in its output directory
@@ -50,7 +51,7 @@ override with_llvm = no
 # isolation tester only).
 PROVE_TESTS  = test/t/*.pl
 
-EXTRA_CLEAN  = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
+EXTRA_CLEAN  = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql sql/pg_claim--0.4.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -80,6 +81,14 @@ sql/pg_claim--0.3.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_cl
 	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_claim" to load this file. \quit'; \
 	  cat sql/install-guard.sql; \
 	  sed $(INSTALL_SED) sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql; } > $@
+
+sql/pg_claim--0.4.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql sql/pg_claim--0.3.0--0.4.0.sql Makefile
+	{ echo '-- pg_claim 0.4.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql,'; \
+	  echo '-- sql/pg_claim--0.1.0--0.2.0.sql, sql/pg_claim--0.2.0--0.3.0.sql and sql/pg_claim--0.3.0--0.4.0.sql'; \
+	  echo '-- (edit those, not this file).'; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION pg_claim" to load this file. \quit'; \
+	  cat sql/install-guard.sql; \
+	  sed $(INSTALL_SED) sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql sql/pg_claim--0.3.0--0.4.0.sql; } > $@
 
 # Every object depends on the headers of every layer.
 $(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))
