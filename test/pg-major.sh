@@ -4,6 +4,7 @@
 #
 #   PG_MAJOR=N      that major (where several are installed, e.g. PG_MAJOR=17)
 #   PG_CONFIG=PATH  without PG_MAJOR: the major of that pg_config
+#   PGCLAIM_PG_ROOT=DIR  PostgreSQL's tree copied under DIR (see below)
 #   neither         the highest major installed with its server
 #                   (/usr/lib/postgresql/N/bin/postgres); none installed:
 #                   the system's default, the version of Debian's
@@ -37,6 +38,11 @@ if [[ ! ${PG_MAJOR:-} =~ ^[0-9]+$ ]]; then
     return 1 2>/dev/null || exit 1
 fi
 export PG_MAJOR
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# PGCLAIM_PG_ROOT: a copy of PostgreSQL's Debian tree under another root
+# (ROOT/usr/lib/postgresql/N and ROOT/usr/share/postgresql/N, made with cp -a;
+# PostgreSQL finds its files relative to its binaries), so that two checkouts
+# can install and test their builds on one machine side by side. Unset: the
+# system's own tree.
+PG_BIN=${PGCLAIM_PG_ROOT:-}/usr/lib/postgresql/$PG_MAJOR/bin
 PG_CONFIG=${PG_CONFIG:-$PG_BIN/pg_config}
-PGXS_SRC=/usr/lib/postgresql/$PG_MAJOR/lib/pgxs/src
+PGXS_SRC=${PGCLAIM_PG_ROOT:-}/usr/lib/postgresql/$PG_MAJOR/lib/pgxs/src
