@@ -36,6 +36,7 @@ PACKAGES=(
     build-essential g++ make cmake                              # toolchains (PGXS and CMake)
     libgtest-dev googletest                                     # unit tests
     libipc-run-perl                                             # TAP (PostgreSQL::Test::Cluster)
+    "postgresql-$PG_MAJOR-repack"                               # TAP 015: pg_repack under load
     gnuplot-nox                                                 # bench plots
     util-linux passwd                                           # runuser, useradd
 )

@@ -1,6 +1,7 @@
 // Direct reads of claim.items and claim.claims (see direct.hpp): the ready
 // scan in delivery order, claim and item probes, and the group check.
 #include "pg/direct_read.hpp"
+#include "pg/direct_rules.hpp"
 
 #include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
@@ -183,14 +184,16 @@ void item_read(TupleTableSlot *slot, ItemRow *out) {
 bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
     if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
     item_read(t->item_slot, out);
-    return true;
+    return !t->rls_items || sql_item_visible(id);
 }
 
 bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
     ItemPointerData copy = *tid;
     if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
     item_read(t->item_slot, out);
-    return true;
+    if (!t->rls_items) return true;
+    bool isnull;
+    return sql_item_visible(DatumGetInt64(get(t->item_slot, cat.i_id, &isnull)));
 }
 
 struct GroupScan {
