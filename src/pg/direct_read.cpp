@@ -9,6 +9,8 @@
 #include <algorithm>
 
 extern "C" {
+#include "access/xact.h"
+#include "storage/procarray.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relscan.h"
@@ -187,9 +189,34 @@ bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
     return !t->rls_items || sql_item_visible(id);
 }
 
+namespace {
+// Does an open transaction other than this one delete or update the row in
+// `slot`? Claimers pass over such an item: the lock table keeps the items
+// of open transactions, but after a restart it is empty while a prepared
+// transaction may still hold a completion, a failure or a cancel of the
+// item, which only its row shows.
+bool row_in_flux(TupleTableSlot *slot) {
+    bool should_free;
+    HeapTuple tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
+    HeapTupleHeader h = tup->t_data;
+    bool busy = false;
+    if (!(h->t_infomask & HEAP_XMAX_INVALID) && !HEAP_XMAX_IS_LOCKED_ONLY(h->t_infomask)) {
+        TransactionId x = HeapTupleHeaderGetUpdateXid(h);
+        busy = TransactionIdIsValid(x) && !TransactionIdIsCurrentTransactionId(x) &&
+               TransactionIdIsInProgress(x);
+    }
+    if (should_free) heap_freetuple(tup);
+    return busy;
+}
+}  // namespace
+
 bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
     ItemPointerData copy = *tid;
     if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    if (t->mode == Mode::Claim && row_in_flux(t->item_slot)) {
+        ExecClearTuple(t->item_slot);
+        return false;
+    }
     item_read(t->item_slot, out);
     if (!t->rls_items) return true;
     bool isnull;

@@ -3,11 +3,16 @@
 // The table is PostgreSQL's shared hash (pg/shared_hash.hpp) split into
 // kPartitions partitions, each with its own LWLock and condition variable. An entry
 // names its holder by the holder's virtual transaction id, or marks it held
-// by a prepared transaction. Entries are removed by the holder's
-// transaction callbacks; an entry of a prepared transaction is backed by a
-// heavyweight lock of the same name (taken at PREPARE, kept by the prepared
-// transaction through a restart), and removed by the first backend that
-// finds that heavyweight lock free.
+// by a prepared transaction, by that transaction's xid. Entries are removed
+// by the holder's transaction callbacks. The entries of a prepared
+// transaction are chained from a slot of their own (one slot per possible
+// prepared transaction, max_prepared_transactions of them) and removed all
+// together by the first backend whose transaction ends after the prepared
+// one has finished: the one that ran COMMIT PREPARED or ROLLBACK PREPARED,
+// or a backend that met one of them and found the transaction gone.
+// After a restart the table is empty; what a prepared transaction did to
+// its items is then kept by their rows (a claimer passes over an item whose
+// row an open transaction deletes or updates: direct_read.cpp).
 #include "pg/xact_locks.hpp"
 
 #include "pg/shared_hash.hpp"
@@ -16,7 +21,9 @@ extern "C" {
 #include "access/twophase.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
+#include "storage/procarray.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
@@ -47,17 +54,32 @@ struct Entry {
     Key key;
     VirtualTransactionId owner;  // invalid while prepared
     bool prepared;
+    bool has_next;
     uint8 tag;  // what the taker said of the key (xact_lock's `tag`)
+    // Prepared: the transaction's xid (invalid for an entry restored from a
+    // heavyweight lock, below), and the next entry of its chain.
+    TransactionId xid;
+    Key next;
+};
+
+// The chain of one prepared transaction's entries; xid invalid: free.
+struct Prep {
+    TransactionId xid;
+    bool has_first;
+    Key first;
 };
 
 struct Control {
     pg_atomic_uint64 used;      // entries in the table
     pg_atomic_uint32 restored;  // 1 once the prepared transactions' locks are entered
+    pg_atomic_uint32 nprep;     // slots of prep[] in use
     struct {
         ConditionVariable cv;
         pg_atomic_uint32 waiters;
         char pad[64];
     } part[kPartitions];
+    int nslots;  // max_prepared_transactions
+    Prep prep[FLEXIBLE_ARRAY_MEMBER];
 };
 
 // One LWLock per partition, and one more for restore_prepared().
@@ -152,22 +174,30 @@ void release_all() {
     forget_all();
 }
 
-// PREPARE TRANSACTION: the prepared transaction keeps its locks. Before the
-// prepare, each is also taken as a heavyweight lock, which PostgreSQL hands
-// to the prepared transaction and keeps through a restart; after it, the
-// entries are marked prepared and leave this backend.
-void before_prepare() {
-    if (nheld == 0) return;
-    for_each_held([](Held *h) {
-        LOCKTAG tag;
-        set_tag(&tag, h->key);
-        (void)LockAcquire(&tag, ExclusiveLock, false, false);
-    });
-}
+// The lock taken by restore_prepared() and by the changes to the chains of
+// prepared transactions (after the partitions' locks: never the other way).
+LWLock *prep_lock() { return lock_of(kPartitions); }
 
+// The xid of the transaction being prepared (PrepareTransaction assigned
+// one before it called the callbacks).
+TransactionId preparing_xid = InvalidTransactionId;
+
+// PREPARE TRANSACTION: the prepared transaction keeps its locks. The entries
+// are marked prepared with its xid and chained from a free slot; they leave
+// this backend.
 void after_prepare() {
     if (nheld == 0) return;
-    for_each_held([](Held *h) {
+    TransactionId xid = preparing_xid;
+    LWLockAcquire(prep_lock(), LW_EXCLUSIVE);
+    Prep *slot = nullptr;
+    for (int i = 0; i < ctl->nslots && slot == nullptr; ++i)
+        if (!TransactionIdIsValid(ctl->prep[i].xid)) slot = &ctl->prep[i];
+    if (slot != nullptr) {
+        slot->xid = xid;
+        slot->has_first = false;
+        pg_atomic_fetch_add_u32(&ctl->nprep, 1);
+    }
+    for_each_held([&](Held *h) {
         uint32 hash = get_hash_value(shash.htab, &h->key);
         uint32 part = partition_of(hash);
         LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
@@ -175,11 +205,55 @@ void after_prepare() {
         Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &h->key, hash, HASH_FIND, &found);
         if (found) {
             e->prepared = true;
+            e->xid = xid;
             SetInvalidVirtualTransactionId(e->owner);
+            // Without a slot (not expected: there is one per possible
+            // prepared transaction) an entry stays unchained, and the first
+            // backend to meet it after the transaction ends removes it.
+            e->has_next = slot != nullptr && slot->has_first;
+            if (slot != nullptr) {
+                if (slot->has_first) e->next = slot->first;
+                slot->first = h->key;
+                slot->has_first = true;
+            }
         }
         LWLockRelease(lock_of(part));
     });
+    LWLockRelease(prep_lock());
     forget_all();
+}
+
+// Removes the entries of every prepared transaction that has ended, and
+// wakes their waiters. Never raises.
+void sweep_prepared() {
+    if (ctl == nullptr || pg_atomic_read_u32(&ctl->nprep) == 0) return;
+    LWLockAcquire(prep_lock(), LW_EXCLUSIVE);
+    for (int i = 0; i < ctl->nslots; ++i) {
+        Prep *slot = &ctl->prep[i];
+        if (!TransactionIdIsValid(slot->xid) || TransactionIdIsInProgress(slot->xid)) continue;
+        bool has = slot->has_first;
+        Key k = slot->first;
+        while (has) {
+            uint32 hash = get_hash_value(shash.htab, &k);
+            uint32 part = partition_of(hash);
+            LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
+            bool found;
+            Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
+            has = false;
+            if (found && e->prepared && e->xid == slot->xid) {
+                has = e->has_next;
+                Key next = e->next;
+                remove_entry(k, hash);
+                k = next;
+            }
+            LWLockRelease(lock_of(part));
+            wake(part);
+        }
+        slot->xid = InvalidTransactionId;
+        slot->has_first = false;
+        pg_atomic_fetch_sub_u32(&ctl->nprep, 1);
+    }
+    LWLockRelease(prep_lock());
 }
 
 void on_xact(XactEvent event, void *) {
@@ -189,9 +263,11 @@ void on_xact(XactEvent event, void *) {
         case XACT_EVENT_PARALLEL_COMMIT:
         case XACT_EVENT_PARALLEL_ABORT:
             release_all();
+            // COMMIT PREPARED and ROLLBACK PREPARED end here too.
+            sweep_prepared();
             break;
         case XACT_EVENT_PRE_PREPARE:
-            before_prepare();
+            if (nheld > 0) preparing_xid = GetTopTransactionId();
             break;
         case XACT_EVENT_PREPARE:
             after_prepare();
@@ -220,12 +296,16 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     });
 }
 
-void ensure_local() {
+void register_callbacks() {
     if (!callbacks_registered) {
         RegisterXactCallback(on_xact, nullptr);
         RegisterSubXactCallback(on_subxact, nullptr);
         callbacks_registered = true;
     }
+}
+
+void ensure_local() {
+    register_callbacks();
     if (held == nullptr) {
         HASHCTL c;
         memset(&c, 0, sizeof(c));
@@ -236,8 +316,20 @@ void ensure_local() {
     }
 }
 
-// After a restart, prepared transactions hold their heavyweight locks but
-// the table is empty: the first caller puts their entries back.
+[[noreturn]] void table_full() {
+    error({ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
+           "Raise pg_claim.max_xact_locks (a restart applies it), or claim fewer items in one "
+           "transaction.",
+           nullptr},
+          "pg_claim's lock table is full: %d items and lease slots are locked by open "
+          "transactions",
+          guc_max_xact_locks);
+}
+
+// Transactions prepared by pg_claim 0.3.0 took a heavyweight lock per held
+// key, which the prepared transaction keeps through a restart: after a
+// restart the first caller puts their entries back (unchained: the first
+// backend that meets one after its transaction ended removes it).
 void restore_prepared() {
     if (pg_atomic_read_u32(&ctl->restored) == 1) return;
     LWLock *once = lock_of(kPartitions);
@@ -267,9 +359,22 @@ void restore_prepared() {
             LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
             bool found;
             Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_ENTER_NULL, &found);
-            if (e != nullptr && !found) {
+            if (e == nullptr) {
+                // Entered later by the next caller, or never: until then
+                // every lock is refused, so that nothing a prepared
+                // transaction holds is taken.
+                LWLockRelease(lock_of(part));
+                LWLockRelease(once);
+                ereport(LOG, (errmsg("pg_claim: the lock table is too small for the locks of "
+                                     "the prepared transactions (pg_claim.max_xact_locks = %d)",
+                                     guc_max_xact_locks)));
+                table_full();
+            }
+            if (!found) {
                 pg_atomic_fetch_add_u64(&ctl->used, 1);
                 e->prepared = true;
+                e->has_next = false;
+                e->xid = InvalidTransactionId;
                 e->tag = 0;
                 SetInvalidVirtualTransactionId(e->owner);
             }
@@ -290,29 +395,34 @@ bool prepared_gone(const Key &k) {
     return true;
 }
 
-[[noreturn]] void table_full() {
-    error({ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-           "Raise pg_claim.max_xact_locks (a restart applies it), or claim fewer items in one "
-           "transaction.",
-           nullptr},
-          "pg_claim's lock table is full: %d items and lease slots are locked by open "
-          "transactions",
-          guc_max_xact_locks);
-}
-
 enum class Try { Taken, Busy, BusyPrepared };
 
 // One attempt under the partition's lock.
 Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
-             VirtualTransactionId *owner) {
+             VirtualTransactionId *owner, TransactionId *prepared_xid) {
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
     Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
-    if (found && e->prepared) {
-        if (!prepared_gone(k)) {
+    while (found && e->prepared) {
+        TransactionId xid = e->xid;
+        if (TransactionIdIsValid(xid) ? TransactionIdIsInProgress(xid) : !prepared_gone(k)) {
+            *prepared_xid = xid;
             LWLockRelease(lock_of(part));
             return Try::BusyPrepared;
+        }
+        if (TransactionIdIsValid(xid) && e->has_next) {
+            // Ended, and chained: its whole chain goes (not this entry
+            // alone, which would cut the chain), then a look again.
+            LWLockRelease(lock_of(part));
+            sweep_prepared();
+            LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
+            e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
+            if (found && e->prepared && e->xid == xid) {
+                remove_entry(k, hash);  // not chained after all (the sweep ran first)
+                found = false;
+            }
+            continue;
         }
         remove_entry(k, hash);
         found = false;
@@ -335,6 +445,8 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
     }
     e->owner = me;
     e->prepared = false;
+    e->has_next = false;
+    e->xid = InvalidTransactionId;
     e->tag = tag;
     LWLockRelease(lock_of(part));
     return Try::Taken;
@@ -349,8 +461,14 @@ bool hw_lock(const Key &k, bool wait) {
 
 }  // namespace
 
+namespace {
+Size control_size() {
+    return add_size(offsetof(Control, prep), mul_size(sizeof(Prep), Max(max_prepared_xacts, 0)));
+}
+}  // namespace
+
 Size xact_locks_shmem_size() {
-    Size s = MAXALIGN(sizeof(Control));
+    Size s = MAXALIGN(control_size());
     return add_size(s, pg::shared_hash_size(shash));
 }
 
@@ -358,10 +476,16 @@ void xact_locks_shmem_request() { pg::shared_hash_request(shash); }
 
 void xact_locks_shmem_init() {
     bool found;
-    ctl = (Control *)ShmemInitStruct("pg_claim xact locks control", sizeof(Control), &found);
+    ctl = (Control *)ShmemInitStruct("pg_claim xact locks control", control_size(), &found);
     if (!found) {
         pg_atomic_init_u64(&ctl->used, 0);
         pg_atomic_init_u32(&ctl->restored, 0);
+        pg_atomic_init_u32(&ctl->nprep, 0);
+        ctl->nslots = Max(max_prepared_xacts, 0);
+        for (int i = 0; i < ctl->nslots; ++i) {
+            ctl->prep[i].xid = InvalidTransactionId;
+            ctl->prep[i].has_first = false;
+        }
         for (int i = 0; i < kPartitions; ++i) {
             ConditionVariableInit(&ctl->part[i].cv);
             pg_atomic_init_u32(&ctl->part[i].waiters, 0);
@@ -397,19 +521,27 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     for (;;) {
         VirtualTransactionId owner;
         SetInvalidVirtualTransactionId(owner);
-        r = try_take(k, hash, me, tag, &owner);
+        TransactionId prepared_xid = InvalidTransactionId;
+        r = try_take(k, hash, me, tag, &owner, &prepared_xid);
         if (r == Try::Taken || !wait) break;
         if (r == Try::BusyPrepared) {
-            // Wait for the prepared transaction through its heavyweight lock.
+            // Wait for the prepared transaction: on its xid (which the
+            // deadlock detector sees), or for a lock restored from 0.3.0,
+            // through its heavyweight lock.
             if (sleeping) {
                 ConditionVariableCancelSleep();
                 pg_atomic_fetch_sub_u32(&ctl->part[part].waiters, 1);
                 sleeping = false;
             }
-            LOCKTAG tag;
-            set_tag(&tag, k);
-            (void)LockAcquire(&tag, ExclusiveLock, false, false);
-            (void)LockRelease(&tag, ExclusiveLock, false);
+            if (TransactionIdIsValid(prepared_xid)) {
+                XactLockTableWait(prepared_xid, nullptr, nullptr, XLTW_None);
+                sweep_prepared();
+            } else {
+                LOCKTAG tag;
+                set_tag(&tag, k);
+                (void)LockAcquire(&tag, ExclusiveLock, false, false);
+                (void)LockRelease(&tag, ExclusiveLock, false);
+            }
             continue;
         }
         if (!sleeping) {
@@ -487,6 +619,8 @@ void xact_locks_release_all() {
 }
 
 bool xact_locks_in_shmem() { return shash.htab != nullptr; }
+
+void xact_locks_register() { register_callbacks(); }
 
 int64 xact_locks_held() { return nheld; }
 
