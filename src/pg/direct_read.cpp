@@ -2,6 +2,7 @@
 // scan in delivery order, claim and item probes, and the group check.
 #include "pg/direct_read.hpp"
 #include "pg/direct_rules.hpp"
+#include "pg/xact_locks.hpp"
 
 #include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
@@ -9,6 +10,7 @@
 #include <algorithm>
 
 extern "C" {
+#include "utils/timestamp.h"
 #include "access/xact.h"
 #include "storage/procarray.h"
 #include "access/genam.h"
@@ -134,7 +136,24 @@ void ready_end(ReadyScan *s) {
 
 bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
     TupleTableSlot *slot = t->claim_slot;
-    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) return false;
+    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) {
+        // A transaction prepared before the server's last start may hold a
+        // claim of this item that its row alone shows (its lock was not
+        // kept): a claimer takes such a row as a live claim.
+        if (t->mode != Mode::Claim || !xact_locks_prepared_unknown()) return false;
+        SnapshotData dirty;
+        InitDirtySnapshot(dirty);
+        bool pending = probe_int8(t->claims, t->claims_pkey, item_id, &dirty, slot) &&
+                       TransactionIdIsValid(dirty.xmin);
+        ExecClearTuple(slot);
+        if (!pending) return false;
+        // Live for a second: a walk's hint that passes it is not kept longer.
+        out->token = 0;
+        out->attempt = 0;
+        out->lease_until = GetCurrentTimestamp() + USECS_PER_SEC;
+        ItemPointerSetInvalid(&out->tid);
+        return true;
+    }
     bool isnull;
     out->token = DatumGetInt64(get(slot, cat.c_token, &isnull));
     out->attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));

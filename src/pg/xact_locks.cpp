@@ -66,6 +66,7 @@ struct Entry {
 struct Prep {
     TransactionId xid;
     bool has_first;
+    bool unknown;  // found at start-up: which keys it holds is not known
     Key first;
 };
 
@@ -73,6 +74,7 @@ struct Control {
     pg_atomic_uint64 used;      // entries in the table
     pg_atomic_uint32 restored;  // 1 once the prepared transactions' locks are entered
     pg_atomic_uint32 nprep;     // slots of prep[] in use
+    pg_atomic_uint32 nunknown;  // of them, found at start-up (Prep::unknown)
     struct {
         ConditionVariable cv;
         pg_atomic_uint32 waiters;
@@ -195,6 +197,7 @@ void after_prepare() {
     if (slot != nullptr) {
         slot->xid = xid;
         slot->has_first = false;
+        slot->unknown = false;
         pg_atomic_fetch_add_u32(&ctl->nprep, 1);
     }
     for_each_held([&](Held *h) {
@@ -249,8 +252,10 @@ void sweep_prepared() {
             LWLockRelease(lock_of(part));
             wake(part);
         }
+        if (slot->unknown) pg_atomic_fetch_sub_u32(&ctl->nunknown, 1);
         slot->xid = InvalidTransactionId;
         slot->has_first = false;
+        slot->unknown = false;
         pg_atomic_fetch_sub_u32(&ctl->nprep, 1);
     }
     LWLockRelease(prep_lock());
@@ -343,6 +348,24 @@ void restore_prepared() {
         for (int i = 0; i < ld->nelements; ++i) {
             LockInstanceData *li = &ld->locks[i];
             const LOCKTAG &t = li->locktag;
+            if (t.locktag_type == LOCKTAG_TRANSACTION && li->pid == 0) {
+                // A prepared transaction (it holds the lock on its own xid):
+                // the keys of its items are not known after a restart, so
+                // until it ends the claimers also look for claim rows that
+                // open transactions inserted (xact_locks_prepared_unknown).
+                TransactionId xid = t.locktag_field1;
+                for (int j = 0; j < ctl->nslots; ++j) {
+                    Prep *slot = &ctl->prep[j];
+                    if (TransactionIdIsValid(slot->xid)) continue;
+                    slot->xid = xid;
+                    slot->has_first = false;
+                    slot->unknown = true;
+                    pg_atomic_fetch_add_u32(&ctl->nprep, 1);
+                    pg_atomic_fetch_add_u32(&ctl->nunknown, 1);
+                    break;
+                }
+                continue;
+            }
             if (t.locktag_type != LOCKTAG_ADVISORY || li->pid != 0 ||
                 (li->holdMask & LOCKBIT_ON(ExclusiveLock)) == 0)
                 continue;
@@ -481,10 +504,12 @@ void xact_locks_shmem_init() {
         pg_atomic_init_u64(&ctl->used, 0);
         pg_atomic_init_u32(&ctl->restored, 0);
         pg_atomic_init_u32(&ctl->nprep, 0);
+        pg_atomic_init_u32(&ctl->nunknown, 0);
         ctl->nslots = Max(max_prepared_xacts, 0);
         for (int i = 0; i < ctl->nslots; ++i) {
             ctl->prep[i].xid = InvalidTransactionId;
             ctl->prep[i].has_first = false;
+            ctl->prep[i].unknown = false;
         }
         for (int i = 0; i < kPartitions; ++i) {
             ConditionVariableInit(&ctl->part[i].cv);
@@ -621,6 +646,12 @@ void xact_locks_release_all() {
 bool xact_locks_in_shmem() { return shash.htab != nullptr; }
 
 void xact_locks_register() { register_callbacks(); }
+
+bool xact_locks_prepared_unknown() {
+    if (ctl == nullptr) return false;
+    restore_prepared();
+    return pg_atomic_read_u32(&ctl->nunknown) > 0;
+}
 
 int64 xact_locks_held() { return nheld; }
 

@@ -64,6 +64,11 @@ void xact_locks_release_all();
 // prepared transactions held when they end).
 void xact_locks_register();
 
+// Whether a transaction prepared before the last start of the server is
+// still open: which items it holds is then known from its rows only
+// (claimers also look for claim rows that open transactions inserted).
+bool xact_locks_prepared_unknown();
+
 // Whether the locks live in shared memory (false without the preload).
 bool xact_locks_in_shmem();
 // How many locks this transaction holds now (with the preload).
