@@ -6,6 +6,7 @@
 #include "api/hints.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/rules.hpp"
+#include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
@@ -125,6 +126,9 @@ PGCLAIM_FUNCTION(pgclaim_cancel) {
     int nids;
     int64 *ids = api::int8_arg_sorted(fcinfo, 1, "ids", &nids);
 
+    // The statement deletes items and claims: a role that may not is
+    // refused before it locks (or waits for) anything.
+    pg::direct::require_rights(ACL_DELETE, ACL_DELETE);
     SPI_connect();
     api::QueueInfo q = api::lookup_queue(name);
     if (nids == 0) {

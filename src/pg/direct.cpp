@@ -356,6 +356,12 @@ void close(Tables *t) {
     pfree(t);
 }
 
+void require_rights(AclMode items, AclMode claims) {
+    load();
+    if (items != 0) require(cat.items, items);
+    if (claims != 0) require(cat.claims, claims);
+}
+
 void lock_items(bool drop) {
     load();
     LockRelationOid(cat.items, drop ? ShareRowExclusiveLock : RowExclusiveLock);
