@@ -5,7 +5,9 @@
 
 extern "C" {
 #include "access/tupdesc.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type_d.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -100,6 +102,21 @@ uint64 run_alone(Stmt &s, Datum *v, const char *nulls, int64 *first = nullptr) {
     return n;
 }
 
+// Would one of the table's triggers fire in this session (by its ENABLE
+// state and session_replication_role, as the executor decides)?
+bool triggers_fire(Relation rel) {
+    TriggerDesc *td = rel->trigdesc;
+    if (td == nullptr) return false;
+    bool replica = SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA;
+    for (int i = 0; i < td->numtriggers; ++i) {
+        char e = td->triggers[i].tgenabled;
+        if (e == TRIGGER_DISABLED) continue;
+        if (replica ? e == TRIGGER_FIRES_ON_ORIGIN : e == TRIGGER_FIRES_ON_REPLICA) continue;
+        return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 uint64 sql_run(Stmt &s, Datum *values, const char *nulls) { return run_alone(s, values, nulls); }
@@ -110,7 +127,7 @@ bool rls_applies(Relation rel) {
 }
 
 bool needs_sql(Relation rel, Table which, bool insert, Relation *idx, int n) {
-    if (rel->trigdesc != nullptr || rls_applies(rel)) return true;
+    if (triggers_fire(rel) || rls_applies(rel)) return true;
     if (!insert) return false;
     // The extension's own CHECK: items_state_check on claim.items.
     TupleConstr *c = RelationGetDescr(rel)->constr;

@@ -6,8 +6,9 @@
 // the table has none beyond those the extension installed. When claim.items
 // or claim.claims carries any of these, the write of that call goes through
 // SQL (INSERT or DELETE through SPI, with the executor) instead:
-//   - a trigger of any kind: a user's, pg_repack's log trigger, the action
-//     triggers of a foreign key that references the table;
+//   - a trigger that fires in this session (by its ENABLE state and
+//     session_replication_role): a user's, pg_repack's log trigger, the
+//     action triggers of a foreign key that references the table;
 //   - row-level security that applies to the calling role (the reads of
 //     claim.items are then also checked row by row, so that a claimer only
 //     gets the items its policies let it see);
