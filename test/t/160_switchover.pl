@@ -174,6 +174,12 @@ my ($n, $min_id) = split /\|/, $green->safe_psql('postgres', q{
 is($n, '10000', 'green enqueued 10,000 items in one statement');
 cmp_ok($min_id, '>', $blue_ids, 'their ids are past every id blue handed out');
 $green->safe_psql('postgres', q{SELECT count(*) FROM put(20)});
+# Queues came with the first copy only (none was created on blue later).
+$green->safe_psql('postgres', q{SELECT claim.create_queue('after')});
+is($green->safe_psql('postgres', q{
+	SELECT queue_id > (SELECT max(queue_id) FROM claim.queues WHERE name <> 'after')
+	  FROM claim.queues WHERE name = 'after'}),
+	't', 'a queue created on green has a new id (the first copy moved the sequence too)');
 
 # Tokens.
 my $new_lease = $green->safe_psql('postgres', q{SELECT claim.lease_acquire('L2', '1 hour')});
