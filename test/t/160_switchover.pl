@@ -125,13 +125,17 @@ $blue->safe_psql('postgres', q{SELECT count(*) FROM put(50)});
 $blue->wait_for_catchup('pg_claim_move');
 usleep(1_500_000);
 $blue->wait_for_catchup('pg_claim_move');
-# While subscribed, green's worker leaves the schedule alone: its next run is
-# blue's (the schedule fires every second and green's worker runs rounds
-# every 200 ms; a fire on green would also break the apply on an id).
-is($green->safe_psql('postgres', q{SELECT next_run, last_item FROM claim.schedules}),
-	$blue->safe_psql('postgres', q{SELECT next_run, last_item FROM claim.schedules}),
-	'while subscribed green does not fire the schedule: the same next run and last item as blue')
-  or diag($blue->safe_psql('postgres', q{SELECT * FROM claim.schedules}));
+# While subscribed, green's worker leaves the schedule alone: every item of
+# the schedule's queue on green is blue's, same id and tick (the schedule
+# fires every second and green's worker runs rounds every 200 ms; blue's
+# items are never completed, so blue's list only grows).
+my $sched_items = q{SELECT coalesce(string_agg(i.id || ':' || i.dedup_key, ' ' ORDER BY i.id), '')
+	FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.name = 'p2'};
+my @green_ticks = split / /, $green->safe_psql('postgres', $sched_items);
+my %blue_ticks = map { $_ => 1 } split / /, $blue->safe_psql('postgres', $sched_items);
+cmp_ok(scalar(@green_ticks), '>', 0, 'blue fired the schedule, green has its items');
+is(join(' ', grep { !$blue_ticks{$_} } @green_ticks), '',
+	'while subscribed green does not fire the schedule: every item of it on green is blue\'s');
 
 # ---------------------------------------------------------------------------
 # The switchover: stop blue's producers and workers, let green catch up,
@@ -139,12 +143,21 @@ is($green->safe_psql('postgres', q{SELECT next_run, last_item FROM claim.schedul
 # ---------------------------------------------------------------------------
 $bench->kill_kill;
 note('pgbench: ' . ($bench_err =~ s/\n/ /gr));
-# The worker's last round publishes blue's token ceiling (claim.token_marks).
-# The steps of docs/operations.md, as written there.
+# A worker of blue holds 5 claims across the switchover (it never completes).
+$blue->safe_psql('postgres', q{SELECT count(*) FROM put(10)});
+my $held_keys = $blue->safe_psql('postgres',
+	q{SELECT string_agg(payload->>'k', ',') FROM claim.claim_next('p', 5)});
+# The steps of docs/operations.md, as written there: the worker's last round
+# publishes blue's token ceiling (claim.token_marks), then the worker stops.
 $blue->poll_query_until('postgres', q{
 	SELECT coalesce(bool_or(m.ceiling >= s.last_value), false)
 	  FROM claim.token_marks m, claim.token_seq s})
   or die 'blue did not publish its token ceiling';
+$blue->safe_psql('postgres', q{ALTER SYSTEM SET pg_claim.worker_enabled = off});
+$blue->safe_psql('postgres', q{SELECT pg_reload_conf()});
+$blue->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'})
+  or die 'blue\'s worker did not stop';
 $blue->poll_query_until('postgres', q{
 	SELECT replay_lsn >= pg_current_wal_lsn() FROM pg_stat_replication
 	 WHERE application_name = 'pg_claim_move'})
@@ -153,7 +166,7 @@ $green->safe_psql('postgres', 'ALTER SUBSCRIPTION pg_claim_move DISABLE');
 my ($blue_tokens, $blue_ids, $blue_enq) = split /\|/, $blue->safe_psql('postgres', q{
 	SELECT (SELECT last_value FROM claim.token_seq), (SELECT last_value FROM claim.item_id_seq),
 	       (SELECT count(*) FROM enq)});
-my $blue_tick = $blue->safe_psql('postgres', q{SELECT extract(epoch FROM last_run)::int8 FROM claim.schedules});
+my $blue_tick = $blue->safe_psql('postgres', q{SELECT floor(extract(epoch FROM last_run))::int8 FROM claim.schedules});
 $blue->stop;
 $green->safe_psql('postgres', 'ALTER SUBSCRIPTION pg_claim_move SET (slot_name = NONE); DROP SUBSCRIPTION pg_claim_move');
 note("blue handed out tokens up to $blue_tokens and item ids up to $blue_ids; $blue_enq enqueued");
@@ -205,6 +218,10 @@ is($green->safe_psql('postgres', q{SELECT claim.lease_acquire('L', '1 minute') I
 is(sqlstate_on_green("SELECT claim.guard_finish('G', $old_guard)"), 'none',
 	'the guard attempt begun on blue finishes on green');
 
+is($green->safe_psql('postgres', qq{SELECT count(*) || ' ' || bool_and(token > $blue_tokens)
+	FROM claim.claim_next('s', 10)}), '2 true',
+	'the item claimed on blue is ready on green, and claimed again under a higher token');
+
 # Once keys.
 is($green->safe_psql('postgres', q{SELECT claim.once('k1')}), 'f', 'a once key taken on blue is taken on green');
 is($green->safe_psql('postgres', q{SELECT claim.once('k2')}), 't', 'a new once key is free');
@@ -213,11 +230,13 @@ is($green->safe_psql('postgres', q{SELECT claim.once('k2')}), 't', 'a new once k
 ok($green->poll_query_until('postgres',
 	qq{SELECT extract(epoch FROM last_run)::int8 > $blue_tick FROM claim.schedules}),
 	'green fires the schedule after the switchover');
-my ($tick_item, $dup_ticks) = split /\|/, $green->safe_psql('postgres', q{
+my ($tick_item, $old_ticks) = split /\|/, $green->safe_psql('postgres', qq{
 	SELECT (SELECT last_item FROM claim.schedules),
-	       (SELECT count(*) - count(DISTINCT dedup_key) FROM claim.items WHERE dedup_key LIKE 'schedule:tick:%')});
+	       (SELECT count(*) FROM claim.items
+	         WHERE dedup_key LIKE 'schedule:tick:%' AND id > $blue_ids
+	           AND split_part(dedup_key, ':', 3)::int8 <= $blue_tick)});
 cmp_ok($tick_item, '>', $blue_ids, 'its items have ids past every id blue handed out');
-is($dup_ticks, '0', 'no tick was fired twice');
+is($old_ticks, '0', 'green fires only ticks after blue\'s last (no tick fired on both sides)');
 
 # Drain green: claims of blue's items (those claimed when the load stopped)
 # are gone, their items ready again.
@@ -230,6 +249,9 @@ my $green_min = $green->safe_psql('postgres', q{SELECT min(token) FROM effects W
 cmp_ok($green_min, '>', $blue_tokens, 'every claim token of green is higher than every token of blue');
 is($green->safe_psql('postgres', q{SELECT count(*) FROM effects WHERE side = 'blue' AND token > } . $blue_tokens),
 	'0', 'blue\'s effects carry blue\'s tokens');
+
+is($green->safe_psql('postgres', qq{SELECT count(*) FROM effects WHERE side = 'green' AND k IN ($held_keys)}),
+	'5', 'the items claimed on blue at the switchover were completed on green');
 
 # The ledger across both sides.
 my ($enq_n, $eff_blue, $eff_green) = split /\|/, $green->safe_psql('postgres', q{
