@@ -54,15 +54,22 @@ int64 seq_max(Oid seq) {
 }
 
 // Makes sure the next value of `seq` is above `need`; when it must move, it
-// moves to need + slack (at most the sequence's MAXVALUE).
+// moves to need + slack (at most the sequence's MAXVALUE). The initial copy
+// runs one worker per table at once: the look and the move are one step
+// under the token lock, so that no worker moves a sequence back.
 void follow(Oid seq, int64 need, int64 slack) {
     int64 *known = ensured_of(seq);
     if (need <= *known) return;
     int64 at = ts::last_value(seq);
     if (at < need) {
-        int64 max = seq_max(seq);
-        at = need > max - slack ? max : need + slack;
-        ts::set_value(seq, at);
+        ts::lock();
+        at = ts::last_value(seq);
+        if (at < need) {
+            int64 max = seq_max(seq);
+            at = need > max - slack ? max : need + slack;
+            ts::set_value(seq, at);
+        }
+        ts::unlock();
     }
     *known = at;
 }
