@@ -7,6 +7,7 @@
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
+#include "pg/switchover.hpp"
 #include "pg/worker_txn.hpp"
 #include "shmem/notify.hpp"
 #include "shmem/wakeup.hpp"
@@ -217,6 +218,13 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
 
     TimestampTz now = GetCurrentTimestamp();
     int64 counts[3] = {0, 0, 0};  // promoted, expired, killed: counted once committed
+    // The subscriber of a logical replication of pg_claim's tables does no
+    // duties until the switchover: the source does them, and what they
+    // change arrives by the subscription (docs/operations.md).
+    if (duties && pg::switchover::copy_in_progress()) {
+        *next = now + (int64)guc_worker_naptime_ms * 1000;
+        duties = false;
+    }
     if (duties) {
         *next = now + (int64)guc_worker_naptime_ms * 1000;
         // Scheduled items that are due become ready.
@@ -239,6 +247,8 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         earliest(next, 1);
         earliest(next, 2);
         pg::free_result();
+        // The token ceiling, for a subscriber of this database.
+        pg::switchover::publish_token_mark();
         counts[0] = promoted;
         counts[1] = expired;
         counts[2] = killed;

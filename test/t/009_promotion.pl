@@ -163,7 +163,7 @@ my %writes = (
 # functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
   queue_counters metrics worker_status lock_table enqueue_trigger _claim_rows _claim_times _lease_releases
-  _finished_ring_restore _fair_state);
+  _finished_ring_restore _fair_state _follow_copy);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
