@@ -267,7 +267,7 @@ func (c *Client) EnqueueMany(ctx context.Context, queue string, payloads []inter
 	k := newCall("enqueue_many").arg(queue, "::text")
 	k.args = append(k.args, string(all))
 	k.params = append(k.params, fmt.Sprintf(
-		"pg_catalog.array(SELECT e FROM pg_catalog.jsonb_array_elements($%d::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n)", len(k.args)))
+		"ARRAY(SELECT e FROM pg_catalog.jsonb_array_elements($%d::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n)", len(k.args)))
 	if o != nil {
 		if o.GroupKeys != nil {
 			keys := make([]*string, len(o.GroupKeys))
@@ -279,7 +279,7 @@ func (c *Client) EnqueueMany(ctx context.Context, queue string, payloads []inter
 			b, _ := json.Marshal(keys)
 			k.args = append(k.args, string(b))
 			k.params = append(k.params, fmt.Sprintf(
-				"group_keys => pg_catalog.array(SELECT e FROM pg_catalog.jsonb_array_elements_text($%d::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n)", len(k.args)))
+				"group_keys => ARRAY(SELECT e FROM pg_catalog.jsonb_array_elements_text($%d::jsonb) WITH ORDINALITY AS t(e, n) ORDER BY n)", len(k.args)))
 		}
 		if !o.RunAt.IsZero() {
 			k.named("run_at", o.RunAt.UTC().Format(time.RFC3339Nano), "::timestamptz")
