@@ -309,8 +309,11 @@ c.stats().then(() => c.close()).then(() => console.log('fresh app: ok'), (e) => 
 fi
 
 # The Go client: go vet, one test binary (GOPATH mode: Debian's pgx under
-# /usr/share/gocode), run directly and through PgBouncer.
-GO_ENV=(GO111MODULE=off GOFLAGS= GOPATH="$SCRATCH/gopath:/usr/share/gocode")
+# /usr/share/gocode, the client linked in as import path "pgclaim", as its
+# README says), run directly and through PgBouncer; then the README's build
+# of an app of one's own that imports it.
+GOP="$SCRATCH/gopath"
+GO_ENV=(GO111MODULE=off GOFLAGS= GOPATH="$GOP:/usr/share/gocode")
 run_go() {   # $1 label, $2 dsn
     local label="$1" dsn="$2" log="$SCRATCH/go-$1.log" rc p f s
     say "Go suite, $label"
@@ -326,13 +329,49 @@ run_go() {   # $1 label, $2 dsn
     SUMMARY+=("go ($label): $p passed, $f failed, $s skipped")
 }
 if [[ ( -z "$ONLY" || "$ONLY" == go ) && -f "$ROOT/clients/go/go.mod" ]]; then
+    mkdir -p "$GOP/src/goapp"
+    ln -sfn "$ROOT/clients/go" "$GOP/src/pgclaim"
     say "go vet and go test -c in clients/go ($(go version | awk '{print $3}'), GOPATH mode)"
-    if (cd "$ROOT/clients/go" && env "${GO_ENV[@]}" go vet . &&
+    if (cd "$GOP/src/pgclaim" && env "${GO_ENV[@]}" go vet . &&
         env "${GO_ENV[@]}" go test -c -o "$SCRATCH/pgclaim.test" .); then
         PASSED=$((PASSED + 1)); SUMMARY+=("go: go vet and build: ok")
         both_ways run_go "the Go suite"
     else
         FAILED=$((FAILED + 1)); SUMMARY+=("go: go vet or build FAILED")
+    fi
+    cat >"$GOP/src/goapp/main.go" <<'GOEOF'
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"pgclaim"
+)
+
+func main() {
+	ctx := context.Background()
+	c, err := pgclaim.Connect(ctx, "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Once(ctx, fmt.Sprintf("goapp:%d", time.Now().UnixNano()), time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("app: ok")
+}
+GOEOF
+    if grep -q 'GO111MODULE=off GOPATH=$HOME/go:/usr/share/gocode go build' "$ROOT/clients/go/README.md" &&
+       (cd "$GOP/src/goapp" && env "${GO_ENV[@]}" go build -o "$SCRATCH/goapp" . &&
+        PG_CLAIM_DSN="$DIRECT" timeout 60 "$SCRATCH/goapp" | grep -q 'app: ok'); then
+        PASSED=$((PASSED + 1)); SUMMARY+=("go: an app of one's own built in GOPATH mode: ok")
+    else
+        FAILED=$((FAILED + 1)); SUMMARY+=("go: an app of one's own built in GOPATH mode: FAILED")
     fi
 fi
 
