@@ -76,12 +76,15 @@ func TestFailRetryResult(t *testing.T) {
 	fails, _ := c.Enqueue(ctx, q, map[string]string{"do": "fail"}, nil)
 	retry, _ := c.Enqueue(ctx, q, map[string]string{"do": "retry"}, nil)
 	ok, _ := c.Enqueue(ctx, q, map[string]string{"do": "ok"}, nil)
+	panics, _ := c.Enqueue(ctx, q, map[string]string{"do": "panic"}, nil)
 	w, lb := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
 		var p struct{ Do string }
 		_ = j.Decode(&p)
 		switch p.Do {
 		case "fail":
 			return nil, errors.New("KeyError: 'to'")
+		case "panic":
+			panic("boom")
 		case "retry":
 			if j.Attempt == 1 {
 				return nil, RetryAfter(100*time.Millisecond, errors.New("later"))
@@ -89,9 +92,9 @@ func TestFailRetryResult(t *testing.T) {
 		}
 		return map[string]int{"attempt": j.Attempt}, nil
 	})
-	w.MaxJobs = 4
+	w.MaxJobs = 5
 	st := run(t, w, ctx)
-	if st.Completed != 2 || st.Failed != 1 || st.Retried != 1 || st.Claimed != 4 {
+	if st.Completed != 2 || st.Failed != 2 || st.Retried != 1 || st.Claimed != 5 {
 		t.Errorf("stats %+v", st)
 	}
 	if !lb.has(fmt.Sprintf("job %d attempt 1 failed: KeyError: 'to'", fails)) {
@@ -104,6 +107,9 @@ func TestFailRetryResult(t *testing.T) {
 	s, _ = c.ItemState(ctx, q, retry, 0)
 	if s.State != "completed" || string(s.Result) != `{"attempt": 2}` {
 		t.Errorf("retried item: %+v %s", s, s.Result)
+	}
+	if s, _ := c.ItemState(ctx, q, panics, 0); s.Error == nil || *s.Error != "panic: boom" {
+		t.Errorf("a handler that panicked: %+v", s)
 	}
 	s, _ = c.ItemState(ctx, q, ok, 0)
 	if s.State != "completed" || string(s.Result) != `{"attempt": 1}` {
