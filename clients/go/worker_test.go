@@ -179,6 +179,7 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	q := queue(t, c, &QueueOptions{Lease: 300 * time.Millisecond})
 	c.Enqueue(ctx, q, nil, nil)
 	other := client(t)
+	var seen int32
 	w, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
 		if err := other.Release(ctx, j.Token); err != nil {
 			return nil, err
@@ -188,6 +189,7 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 			if !j.Lost() {
 				return nil, errors.New("context ended, lease not lost")
 			}
+			atomic.StoreInt32(&seen, 1)
 			return nil, nil
 		case <-time.After(5 * time.Second):
 			return nil, errors.New("the context did not end")
@@ -195,8 +197,8 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	})
 	w.MaxJobs = 1
 	st := run(t, w, ctx)
-	if st.Stale != 1 || st.Completed != 0 || st.Failed != 0 {
-		t.Errorf("stats %+v", st)
+	if st.Stale != 1 || st.Completed != 0 || st.Failed != 0 || atomic.LoadInt32(&seen) != 1 {
+		t.Errorf("stats %+v, the handler saw its context end: %v", st, seen == 1)
 	}
 }
 
