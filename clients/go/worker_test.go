@@ -127,17 +127,19 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	var other int32
+	started := make(chan struct{})
 	go func() { // another worker that would take the item if its lease ended
-		time.Sleep(200 * time.Millisecond)
+		<-started
 		w, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
 			atomic.AddInt32(&other, 1)
 			return nil, nil
 		})
-		w.Wait = 1500 * time.Millisecond
+		w.Wait = 1300 * time.Millisecond
 		w.Burst = true
 		_, _ = w.Run(context.Background())
 	}()
 	w, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
+		close(started)
 		if j.Lease < 400*time.Millisecond || j.Lease > 700*time.Millisecond {
 			return nil, fmt.Errorf("lease %v", j.Lease)
 		}
@@ -371,10 +373,12 @@ func TestTransactionalLeaseLostLeavesNoWrites(t *testing.T) {
 		_, err := j.Tx.Exec(ctx, fmt.Sprintf("INSERT INTO %s VALUES (%d, %d)", tb, j.ID, j.Token))
 		return err
 	}
+	started := make(chan struct{})
 	first, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
 		if err := insert(ctx, j); err != nil {
 			return nil, err
 		}
+		close(started)
 		time.Sleep(800 * time.Millisecond)
 		return nil, nil
 	})
@@ -382,7 +386,8 @@ func TestTransactionalLeaseLostLeavesNoWrites(t *testing.T) {
 	var st1 Stats
 	done := make(chan struct{})
 	go func() { st1, _ = first.Run(context.Background()); close(done) }()
-	time.Sleep(500 * time.Millisecond)
+	<-started
+	time.Sleep(350 * time.Millisecond) // the 300 ms lease has ended
 	// assert_token does not hold the item against expiry: claim it again.
 	second, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
 		return nil, insert(ctx, j)
