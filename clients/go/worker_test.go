@@ -468,7 +468,9 @@ func TestReconnects(t *testing.T) {
 	})
 	w.Name = name("go-reconnect")
 	w.MaxJobs = 2
+	fin := make(chan struct{})
 	go func() {
+		defer close(fin)
 		c.Enqueue(ctx, q, nil, nil)
 		time.Sleep(400 * time.Millisecond)
 		admin.Exec(ctx, "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name = $1", "pg_claim worker "+w.Name)
@@ -476,6 +478,7 @@ func TestReconnects(t *testing.T) {
 		c.Enqueue(ctx, q, nil, nil)
 	}()
 	st := run(t, w, ctx)
+	<-fin
 	if st.Completed != 2 || !lb.has("lost its connection") {
 		t.Errorf("stats %+v, log %q", st, lb.String())
 	}
