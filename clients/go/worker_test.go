@@ -16,6 +16,7 @@ import (
 // 1000 jobs through two workers of 4 slots each: every item done exactly
 // once, recorded in a table with a primary key.
 func TestWorkersDrainExactlyOnce(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, nil)
@@ -70,6 +71,7 @@ func TestWorkersDrainExactlyOnce(t *testing.T) {
 }
 
 func TestFailRetryResult(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, &QueueOptions{Retain: time.Hour, MaxAttempts: 3, Backoff: time.Hour})
@@ -120,6 +122,7 @@ func TestFailRetryResult(t *testing.T) {
 // A 1.5 s handler under a 600 ms lease: the heartbeat keeps it (same
 // token, attempt 1, no one else claims it).
 func TestHeartbeatKeepsTheLease(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, &QueueOptions{Lease: 600 * time.Millisecond})
@@ -176,6 +179,7 @@ func TestStaleTokenOutcomeDropped(t *testing.T) {
 
 // The heartbeat finds the lease lost: the handler's context ends.
 func TestLostLeaseCancelsTheHandler(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, &QueueOptions{Lease: 300 * time.Millisecond})
@@ -206,6 +210,7 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 
 // A stop while claims wait in the server: Run returns at once.
 func TestStopCancelsWaitingClaims(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	q := queue(t, c, nil)
 	w, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) { return nil, nil })
@@ -245,6 +250,7 @@ func TestSigtermFinishesInFlight(t *testing.T) {
 // Handlers that outlive the grace period: their items are released (ready
 // at once, attempt not used) and their outcomes dropped.
 func TestStopReleasesWhatOutlivesGrace(t *testing.T) {
+	t.Parallel()
 	for _, tx := range []bool{false, true} {
 		t.Run(fmt.Sprintf("transactional=%v", tx), func(t *testing.T) {
 			c := client(t)
@@ -298,6 +304,7 @@ func TestStopReleasesWhatOutlivesGrace(t *testing.T) {
 }
 
 func TestTransactionalCommitsWithCompletion(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, &QueueOptions{Lease: 600 * time.Millisecond, Retain: time.Hour})
@@ -361,6 +368,7 @@ func TestTransactionalCommitsWithCompletion(t *testing.T) {
 // the item is claimed by another worker: complete is refused, none of the
 // handler's writes remain; the other worker's do.
 func TestTransactionalLeaseLostLeavesNoWrites(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, &QueueOptions{Lease: 300 * time.Millisecond})
@@ -457,6 +465,7 @@ func TestFatalErrorsStopTheWorker(t *testing.T) {
 
 // The server ends the worker's connections: the slots reconnect and go on.
 func TestReconnects(t *testing.T) {
+	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
 	q := queue(t, c, nil)
@@ -472,7 +481,10 @@ func TestReconnects(t *testing.T) {
 	go func() {
 		defer close(fin)
 		c.Enqueue(ctx, q, nil, nil)
-		time.Sleep(400 * time.Millisecond)
+		for w.Stats().Completed < 1 && ctx.Err() == nil { // the slot then waits in a claim
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
 		admin.Exec(ctx, "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE application_name = $1", "pg_claim worker "+w.Name)
 		time.Sleep(1200 * time.Millisecond)
 		c.Enqueue(ctx, q, nil, nil)
