@@ -145,10 +145,16 @@ func (w *Worker) Stats() Stats {
 		atomic.LoadInt64(&w.stats.Extended)}
 }
 
-// Stop stops the worker: no more claims (waiting ones are cancelled),
+// Stop stops a running worker (before Run, it does nothing): no more claims (waiting ones are cancelled),
 // running handlers get the grace period, then what is still held is
 // released. Run returns once that is done. Safe from any goroutine.
 func (w *Worker) Stop() {
+	w.mu.Lock()
+	running := w.stopCh != nil
+	w.mu.Unlock()
+	if !running { // not started: nothing to stop
+		return
+	}
 	w.stopOnce.Do(func() {
 		close(w.stopCh)
 		w.mu.Lock()
@@ -167,7 +173,14 @@ func (w *Worker) Stop() {
 }
 
 // EndGrace ends the grace period of a stop at once.
-func (w *Worker) EndGrace() { w.force.Do(func() { close(w.forceCh) }) }
+func (w *Worker) EndGrace() {
+	w.mu.Lock()
+	running := w.forceCh != nil
+	w.mu.Unlock()
+	if running {
+		w.force.Do(func() { close(w.forceCh) })
+	}
+}
 
 func (w *Worker) stopping() bool {
 	select {
@@ -218,22 +231,24 @@ func (w *Worker) Run(ctx context.Context) (Stats, error) {
 		w.ConfigureConn(cfg)
 	}
 	w.cfg = cfg
-	w.stopCh, w.forceCh = make(chan struct{}), make(chan struct{})
-	w.stopOnce, w.force = sync.Once{}, sync.Once{}
-	w.fatal, w.tickets = nil, 0
-	w.handlers, w.giveUp = context.WithCancel(context.Background())
-	defer w.giveUp()
-	w.slots = make([]*slot, w.Concurrency)
-	for i := range w.slots {
+	slots := make([]*slot, w.Concurrency)
+	for i := range slots {
 		s := &slot{i: i}
 		if s.conn, err = w.connect(ctx); err != nil {
-			for _, o := range w.slots[:i] {
+			for _, o := range slots[:i] {
 				o.conn.Close(context.Background())
 			}
 			return Stats{}, err
 		}
-		w.slots[i] = s
+		slots[i] = s
 	}
+	w.mu.Lock()
+	w.stopCh, w.forceCh = make(chan struct{}), make(chan struct{})
+	w.stopOnce, w.force = sync.Once{}, sync.Once{}
+	w.fatal, w.tickets, w.slots = nil, 0, slots
+	w.handlers, w.giveUp = context.WithCancel(context.Background())
+	w.mu.Unlock()
+	defer w.giveUp()
 	if w.HandleSignals {
 		sig := make(chan os.Signal, 2)
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

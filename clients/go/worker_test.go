@@ -495,3 +495,17 @@ func TestReconnects(t *testing.T) {
 		t.Errorf("stats %+v, log %q", st, lb.String())
 	}
 }
+
+// Stop and EndGrace before Run do nothing; Run after them works.
+func TestStopBeforeRun(t *testing.T) {
+	c := client(t)
+	q := queue(t, c, nil)
+	w, _ := worker(q, func(ctx context.Context, j *Job) (interface{}, error) { return nil, nil })
+	w.Stop()
+	w.EndGrace()
+	c.Enqueue(context.Background(), q, nil, nil)
+	w.Burst = true
+	if st := run(t, w, ctx5(t)); st.Completed != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
