@@ -165,5 +165,21 @@ for my $i (@indexes, 'claim.items_by_enqueued')
 	is($rc, 0, "amcheck: $i is whole") or diag($err);
 }
 
+# ALTER EXTENSION UPDATE under a backend that ran before it: the backend's
+# caches follow (a pooled connection that claimed under 0.2.0 enqueues
+# with fair keys once the update added them).
+$node->safe_psql('postgres', 'CREATE DATABASE up');
+my $fair = $node->safe_psql('up', q{
+	CREATE EXTENSION pg_claim VERSION '0.2.0';
+	SELECT claim.create_queue('old');
+	SELECT claim.enqueue('old', '{}');
+	SELECT count(*) FROM claim.claim_next('old');
+	ALTER EXTENSION pg_claim UPDATE;
+	SELECT claim.create_queue('fq', fair => true);
+	SELECT claim.enqueue('fq', '{}', fair_key => 'A');
+	SELECT count(*) FROM claim.items WHERE fair_key_id IS NOT NULL});
+is((split /\n/, $fair)[-1], '1',
+	'a backend that ran before ALTER EXTENSION UPDATE gives its fair items their key');
+
 $node->stop;
 done_testing();
