@@ -421,3 +421,7 @@ GRANT EXECUTE ON FUNCTION claim._steps_wake(integer, boolean), claim._steps_wait
 SELECT pg_catalog.pg_extension_config_dump('claim.steps', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.events', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.event_waits', '');
+
+-- claim.item_state shows a run's checkpoints: {step: output}, NULL when it
+-- has none.
+ALTER TYPE claim.item_status ADD ATTRIBUTE steps jsonb;

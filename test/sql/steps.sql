@@ -29,6 +29,8 @@ SELECT claim.step_done(:t1, 'email', '"sent"');
 ROLLBACK;
 SELECT claim.step(:t1, 'email') IS NULL AS email_not_done;
 SELECT queue, id = :run AS same_id, step, output, token = :t1 AS by_t1 FROM claim.item_steps ORDER BY step;
+-- item_state shows them as {step: output}
+SELECT state, steps FROM claim.item_state('runs', :run);
 
 -- ------------------------------------------------------------ a crash: the lease ends
 -- the next claim resumes with the steps; the old token records nothing
