@@ -7,18 +7,17 @@
 // path, and each one validates its token with claim.assert_token, which
 // locks the item until the caller's transaction ends. These two helpers do
 // what SQL cannot:
-//  * _steps_wake: an item parked by sleep/await_event becomes ready (or is
-//    due at a new time): the queue's scan hints and frontier are forgotten
-//    and a claimer waiting for the queue is woken when the transaction
-//    commits, as when claim.release makes an item ready again; a new due
-//    time pokes the database's worker at commit, so that it wakes then;
+//  * _steps_wake: an item parked by sleep/await_event becomes ready now:
+//    the queue's scan hints and frontier are forgotten and a claimer waiting
+//    for the queue is woken when the transaction commits, as when
+//    claim.release makes an item ready again. (An item parked until a later
+//    time is made ready by the worker's promotion of due items.)
 //  * _steps_wait_children: a run waits for its children as an item waits
 //    for its `after` list (claim.item_parents), under the children's item
 //    locks, so no child can finish between the check and the edges.
 #include "api/hints.hpp"
 #include "api/arrays.hpp"
 #include "pg/lineage.hpp"
-#include "shmem/registry.hpp"
 #include "shmem/wakeup.hpp"
 
 using namespace pgclaim;
@@ -28,16 +27,12 @@ namespace {
 constexpr int kChildEnded = pg::sqlstate_code("PC011");
 }  // namespace
 
-// claim._steps_wake(queue_id integer, ready boolean) -> void
+// claim._steps_wake(queue_id integer) -> void
 PGCLAIM_FUNCTION(pgclaim_steps_wake) {
-    pg::require_args(fcinfo, "queue_id", "ready");
+    pg::require_arg(fcinfo, 0, "queue_id");
     int32 queue_id = PG_GETARG_INT32(0);
-    if (PG_GETARG_BOOL(1)) {
-        api::forget_hints(queue_id);
-        shmem::notify_ready(shmem::WaitKind::Queue, queue_id);
-    } else {
-        shmem::at_commit_poke(false, true);
-    }
+    api::forget_hints(queue_id);
+    shmem::notify_ready(shmem::WaitKind::Queue, queue_id);
     PG_RETURN_VOID();
 }
 
