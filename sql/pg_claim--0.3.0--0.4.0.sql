@@ -365,6 +365,15 @@ BEGIN
             MESSAGE = pg_catalog.format('item %s cannot wait for itself or for an item that waits for it', c.item_id),
             HINT = 'List the children the run enqueued.';
     END IF;
+    -- A waiting item is outside the unique index of dedup keys: another item
+    -- could take the key meanwhile (the reason enqueue refuses dedup_key
+    -- with after).
+    IF EXISTS (SELECT 1 FROM claim.items i
+                WHERE i.id OPERATOR(pg_catalog.=) c.item_id AND i.dedup_key IS NOT NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('item %s has a dedup_key: it cannot wait for children', c.item_id),
+            HINT = 'Enqueue runs that fan out without dedup_key, as enqueue refuses dedup_key with after.';
+    END IF;
     unfinished := claim._steps_wait_children(c.item_id, children);
     IF unfinished OPERATOR(pg_catalog.>) 0 THEN
         DELETE FROM claim.claims x WHERE x.item_id OPERATOR(pg_catalog.=) c.item_id;

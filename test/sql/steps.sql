@@ -104,6 +104,11 @@ SELECT claim.await_children(:t7, ARRAY(SELECT x::bigint FROM jsonb_array_element
     claim.step(:t7, 'fan-out')) WITH ORDINALITY AS a(x, o) ORDER BY o DESC)) AS results_reversed;
 SELECT claim.await_children(:t7, '{}') AS none;
 SELECT pg_temp.try(format('SELECT claim.await_children(%s, ARRAY[%s]::bigint[])', :t7, :run)) AS itself;
+-- a run with a dedup_key cannot wait (its key would be free meanwhile)
+SELECT claim.enqueue('runs', '{}', dedup_key => 'd1') AS dr \gset
+SELECT token AS dt FROM claim.claim_next('runs') \gset
+SELECT pg_temp.try(format('SELECT claim.await_children(%s, ARRAY[%s]::bigint[])', :dt, :k1)) AS dedup_run;
+SELECT claim.complete(:dt);
 -- a child that died
 SELECT claim.create_queue('once', max_attempts => 1);
 SELECT claim.enqueue('once', '{}') AS k3 \gset
