@@ -72,7 +72,7 @@ CREATE TABLE claim.event_waits (
 );
 CREATE INDEX event_waits_event ON claim.event_waits (event);
 
-CREATE FUNCTION claim._steps_wake(queue_id integer)
+CREATE FUNCTION claim._steps_wake(queue_id integer, at timestamptz)
 RETURNS void
 LANGUAGE c VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -129,9 +129,7 @@ BEGIN
     DELETE FROM claim.claims c WHERE c.item_id OPERATOR(pg_catalog.=) item;
     UPDATE claim.items i SET failures = attempt OPERATOR(pg_catalog.-) 1, run_at = at
      WHERE i.id OPERATOR(pg_catalog.=) item;
-    IF at IS NULL THEN
-        PERFORM claim._steps_wake(queue_id);
-    END IF;
+    PERFORM claim._steps_wake(queue_id, at);
 END
 $$;
 
@@ -327,7 +325,7 @@ BEGIN
                    RETURNING i.queue_id)
         SELECT DISTINCT u.queue_id FROM u
     LOOP
-        PERFORM claim._steps_wake(q);
+        PERFORM claim._steps_wake(q, NULL);
     END LOOP;
     RETURN true;
 END
@@ -403,7 +401,7 @@ WHERE EXISTS (SELECT 1 FROM claim.items i WHERE i.id OPERATOR(pg_catalog.=) s.it
                 AND f.finished_at OPERATOR(pg_catalog.+) q.retain OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
 
 REVOKE ALL ON claim.steps, claim.events, claim.event_waits, claim.item_steps FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION claim._steps_wake(integer), claim._steps_wait_children(bigint, bigint[]),
+REVOKE EXECUTE ON FUNCTION claim._steps_wake(integer, timestamptz), claim._steps_wait_children(bigint, bigint[]),
     claim._steps_claim(bigint), claim._steps_park(bigint, integer, integer, timestamptz),
     claim.step(bigint, text), claim.step_done(bigint, text, jsonb),
     claim.sleep(bigint, timestamptz), claim.sleep_for(bigint, interval),
@@ -413,7 +411,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON claim.steps, claim.events, claim.event_w
 GRANT SELECT ON claim.item_steps TO claim_worker, claim_producer;
 GRANT SELECT ON claim.steps TO claim_producer;
 GRANT INSERT ON claim.item_parents TO claim_worker;
-GRANT EXECUTE ON FUNCTION claim._steps_wake(integer), claim._steps_wait_children(bigint, bigint[]),
+GRANT EXECUTE ON FUNCTION claim._steps_wake(integer, timestamptz), claim._steps_wait_children(bigint, bigint[]),
     claim._steps_claim(bigint), claim._steps_park(bigint, integer, integer, timestamptz),
     claim.step(bigint, text), claim.step_done(bigint, text, jsonb),
     claim.sleep(bigint, timestamptz), claim.sleep_for(bigint, interval),
@@ -421,7 +419,7 @@ GRANT EXECUTE ON FUNCTION claim._steps_wake(integer), claim._steps_wait_children
     claim.await_children(bigint, bigint[]) TO claim_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.steps, claim.events, claim.event_waits,
     claim.item_steps TO claim_admin;
-GRANT EXECUTE ON FUNCTION claim._steps_wake(integer), claim._steps_wait_children(bigint, bigint[]),
+GRANT EXECUTE ON FUNCTION claim._steps_wake(integer, timestamptz), claim._steps_wait_children(bigint, bigint[]),
     claim._steps_claim(bigint), claim._steps_park(bigint, integer, integer, timestamptz),
     claim.step(bigint, text), claim.step_done(bigint, text, jsonb),
     claim.sleep(bigint, timestamptz), claim.sleep_for(bigint, interval),

@@ -7,17 +7,19 @@
 // path, and each one validates its token with claim.assert_token, which
 // locks the item until the caller's transaction ends. These two helpers do
 // what SQL cannot:
-//  * _steps_wake: an item parked by sleep/await_event becomes ready now:
-//    the queue's scan hints and frontier are forgotten and a claimer waiting
-//    for the queue is woken when the transaction commits, as when
-//    claim.release makes an item ready again. (An item parked until a later
-//    time is made ready by the worker's promotion of due items.)
+//  * _steps_wake: an item parked by sleep/await_event becomes ready now
+//    (`at` NULL): the queue's scan hints and frontier are forgotten and a
+//    claimer waiting for the queue is woken when the transaction commits, as
+//    when claim.release makes an item ready again. An item parked until `at`
+//    is made ready by the worker's promotion of due items: the worker is
+//    asked for a round at `at` when it planned its next one later.
 //  * _steps_wait_children: a run waits for its children as an item waits
 //    for its `after` list (claim.item_parents), under the children's item
 //    locks, so no child can finish between the check and the edges.
 #include "api/hints.hpp"
 #include "api/arrays.hpp"
 #include "pg/lineage.hpp"
+#include "shmem/registry.hpp"
 #include "shmem/wakeup.hpp"
 
 using namespace pgclaim;
@@ -27,12 +29,16 @@ namespace {
 constexpr int kChildEnded = pg::sqlstate_code("PC011");
 }  // namespace
 
-// claim._steps_wake(queue_id integer) -> void
+// claim._steps_wake(queue_id integer, at timestamptz) -> void
 PGCLAIM_FUNCTION(pgclaim_steps_wake) {
     pg::require_arg(fcinfo, 0, "queue_id");
     int32 queue_id = PG_GETARG_INT32(0);
-    api::forget_hints(queue_id);
-    shmem::notify_ready(shmem::WaitKind::Queue, queue_id);
+    if (PG_ARGISNULL(1)) {
+        api::forget_hints(queue_id);
+        shmem::notify_ready(shmem::WaitKind::Queue, queue_id);
+    } else {
+        shmem::request_duties_at(PG_GETARG_TIMESTAMPTZ(1));
+    }
     PG_RETURN_VOID();
 }
 
