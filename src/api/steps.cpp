@@ -26,7 +26,7 @@ using namespace pgclaim;
 
 namespace {
 // A child of a run ended dead or cancelled.
-constexpr int kChildEnded = pg::sqlstate_code("PC011");
+constexpr int kChildEnded = pg::sqlstate_code(sqlstate::kChildEnded);
 }  // namespace
 
 // claim._steps_wake(queue_id integer, at timestamptz) -> void
