@@ -370,6 +370,11 @@ DECLARE
     p jsonb := COALESCE(payload, 'null'::jsonb);
     at_time timestamptz := pg_catalog.clock_timestamp();
 BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = 'cannot call claim.emit_event() on a hot standby',
+            HINT = 'Connect to the primary: claims, tokens and leases are written there.';
+    END IF;
     IF event IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'event must not be NULL';
     END IF;
