@@ -365,6 +365,11 @@ void require_rights(AclMode items, AclMode claims) {
 void lock_items(bool drop) {
     load();
     LockRelationOid(cat.items, drop ? ShareRowExclusiveLock : RowExclusiveLock);
+    // Claimers read claim.items in share mode and write claim.claims: the
+    // drop also waits for the claimers in flight (and they for it), so that
+    // no claim row outlives its queue and no item of a dropped queue is
+    // handed out, whether or not the claimer promoted items on its way.
+    if (drop) LockRelationOid(cat.claims, ShareRowExclusiveLock);
 }
 
 int32 queue_id(Tables *t, Datum name, Snapshot snap) {

@@ -57,7 +57,8 @@ bool item_delete(Tables *t, const ItemPointerData *tid);
 void require_rights(AclMode items, AclMode claims);
 
 // Producers lock claim.items for writing before they look their queue up;
-// drop_queue locks it against all writers (drop = true) before it deletes.
+// drop_queue locks it against all writers (drop = true), and claim.claims
+// against claimers, before it deletes.
 // So a queue a producer found cannot be dropped before the producer's
 // transaction ends, and a dropped queue is never found.
 void lock_items(bool drop);
