@@ -28,6 +28,7 @@ namespace pgclaim {
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders
+inline constexpr const char *kCompacted = "PC003";         // watch revision no longer retained (raised by SQL)
 inline constexpr const char *kUndefinedQueue = "42704";    // undefined_object
 inline constexpr const char *kDuplicateQueue = "42710";    // duplicate_object
 inline constexpr const char *kInvalidName = "42602";       // invalid_name

@@ -20,8 +20,9 @@
 namespace pgclaim::shmem {
 
 // What a waiter waits for: items of a queue, a slot of a named lease, or
-// items of a queue that finish (claim.item_state with wait).
-enum class WaitKind : int { Queue = 1, Lease = 2, Finished = 3 };
+// items of a queue that finish (claim.item_state with wait), or a change of
+// the coordination service (api/coordination.cpp).
+enum class WaitKind : int { Queue = 1, Lease = 2, Finished = 3, Coord = 4 };
 
 // Sleep until woken for (kind, key) or `timeout_ms` passes, whichever comes
 // first; may return early (callers re-check and call again). Handles
