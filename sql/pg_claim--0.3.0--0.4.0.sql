@@ -103,15 +103,14 @@ CREATE TABLE claim.coord_latches (
     created  timestamptz NOT NULL
 );
 
--- The watch log. Revisions come from the one row of claim.coord_revision,
--- updated by each change: a writer holds that row until it commits, so
--- revisions are committed in their order and never leave a gap.
-CREATE TABLE claim.coord_revision (
-    one        boolean PRIMARY KEY DEFAULT true CHECK (one),
-    last       bigint NOT NULL,
-    compacted  bigint NOT NULL
-);
-INSERT INTO claim.coord_revision (one, last, compacted) VALUES (true, 0, 0);
+-- The watch log. A change takes the next value of claim.coord_revision_seq
+-- while it holds claim.coord_changes in SHARE ROW EXCLUSIVE mode, which it
+-- keeps until it commits: revisions are committed in their order, so a
+-- reader that saw revision r has seen every change committed before it (a
+-- rolled-back change leaves its number unused). claim.coord_compacted_seq is
+-- the last revision the worker deleted (pg_claim.watch_retention).
+CREATE SEQUENCE claim.coord_revision_seq AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE;
+CREATE SEQUENCE claim.coord_compacted_seq AS bigint MINVALUE 0 MAXVALUE 9007199254740991 START 0 NO CYCLE;
 
 CREATE TABLE claim.coord_changes (
     revision  bigint PRIMARY KEY,
@@ -123,6 +122,13 @@ CREATE TABLE claim.coord_changes (
     at        timestamptz NOT NULL
 );
 
+-- The last revision compacted away (0: none).
+CREATE FUNCTION claim._coord_compacted()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END FROM claim.coord_compacted_seq s $$;
+
 -- Record a change (the caller checked it writes on a primary) and wake the
 -- watchers at commit.
 CREATE FUNCTION claim._coord_log(kind text, name text, event text, token bigint, holder text)
@@ -133,7 +139,8 @@ AS $$
 DECLARE
     rev bigint;
 BEGIN
-    UPDATE claim.coord_revision r SET last = r.last OPERATOR(pg_catalog.+) 1 RETURNING r.last INTO rev;
+    LOCK TABLE claim.coord_changes IN SHARE ROW EXCLUSIVE MODE;
+    rev := pg_catalog.nextval('claim.coord_revision_seq');
     INSERT INTO claim.coord_changes (revision, kind, name, event, token, holder, at)
     VALUES (rev, kind, COALESCE(name, ''), event, token, holder, pg_catalog.clock_timestamp());
     PERFORM claim._coord_wake(claim._coord_key('watch', ''));
@@ -151,6 +158,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
             MESSAGE = pg_catalog.format('cannot call %s on a hot standby', fn),
             HINT = 'Connect to the primary: sessions, leaders and latches are written there.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = pg_catalog.format('cannot call %s in a read-only transaction', fn);
     END IF;
 END
 $$;
@@ -305,7 +316,7 @@ $$;
 CREATE VIEW claim.sessions AS
 SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, s.lock_delay,
        (SELECT pg_catalog.array_agg(l.name ORDER BY l.name) FROM claim.coord_leaders l
-         WHERE l.session_id OPERATOR(pg_catalog.=) s.session_id AND l.ended IS NULL) AS leading
+         WHERE l.session_id OPERATOR(pg_catalog.=) s.session_id AND l.ended IS NULL) AS leads
 FROM claim.coord_sessions s
 WHERE s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW claim.sessions IS
@@ -546,7 +557,7 @@ CREATE FUNCTION claim.revision()
 RETURNS bigint
 LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT r.last FROM claim.coord_revision r $$;
+AS $$ SELECT GREATEST((SELECT pg_catalog.max(c.revision) FROM claim.coord_changes c), claim._coord_compacted()) $$;
 
 CREATE FUNCTION claim.watch(prefix text, after_revision bigint DEFAULT 0, wait interval DEFAULT '0')
 RETURNS TABLE (revision bigint, kind text, name text, event text, token bigint, holder text,
@@ -569,7 +580,7 @@ BEGIN
     deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
                 pg_catalog.make_interval(secs => ms OPERATOR(pg_catalog./) 1000.0);
     LOOP
-        SELECT r.compacted INTO gone FROM claim.coord_revision r;
+        gone := claim._coord_compacted();
         IF after_revision OPERATOR(pg_catalog.>) 0 AND after_revision OPERATOR(pg_catalog.<) gone THEN
             RAISE EXCEPTION USING ERRCODE = 'PC003',
                 MESSAGE = pg_catalog.format('revision %s has been compacted', after_revision),
@@ -607,16 +618,17 @@ DECLARE
     cut bigint;
     now timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    -- Anything to do? Then take the revision row, unless a transaction that
+    -- Anything to do? Then take the log's lock, unless a transaction that
     -- is writing a change holds it: the worker never waits for one.
     IF EXISTS (SELECT FROM claim.coord_sessions s WHERE s.expires OPERATOR(pg_catalog.<=) now)
        OR EXISTS (SELECT FROM claim.coord_leaders c WHERE c.ended IS NULL AND c.session_id IS NULL
                      AND c.until OPERATOR(pg_catalog.<=) now)
        OR EXISTS (SELECT FROM claim.coord_changes c WHERE c.at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) keep)) THEN
-        PERFORM FROM claim.coord_revision r FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+        BEGIN
+            LOCK TABLE claim.coord_changes IN SHARE ROW EXCLUSIVE MODE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
             RETURN now OPERATOR(pg_catalog.+) '100 milliseconds'::interval;
-        END IF;
+        END;
     ELSE
         RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
                      (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
@@ -635,7 +647,9 @@ BEGIN
      WHERE c.at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) keep);
     IF cut IS NOT NULL THEN
         DELETE FROM claim.coord_changes c WHERE c.revision OPERATOR(pg_catalog.<=) cut;
-        UPDATE claim.coord_revision r SET compacted = GREATEST(r.compacted, cut);
+        IF cut OPERATOR(pg_catalog.>) claim._coord_compacted() THEN
+            PERFORM pg_catalog.setval('claim.coord_compacted_seq', cut);
+        END IF;
     END IF;
     RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
                  (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
@@ -656,7 +670,8 @@ REVOKE EXECUTE ON FUNCTION
     claim._coord_live_until(claim.coord_leaders), claim.leader(text),
     claim.elect(text, interval, bigint, text, interval), claim.resign(text, bigint),
     claim.latch(text, integer), claim.count_down(text), claim.latch_wait(text, interval),
-    claim.revision(), claim.watch(text, bigint, interval), claim._coord_maintain()
+    claim.revision(), claim.watch(text, bigint, interval), claim._coord_maintain(),
+    claim._coord_compacted()
   FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     claim._coord_token(), claim._coord_wait(bigint, bigint), claim._coord_wake(bigint),
@@ -668,15 +683,15 @@ GRANT EXECUTE ON FUNCTION
     claim._coord_live_until(claim.coord_leaders), claim.leader(text),
     claim.elect(text, interval, bigint, text, interval), claim.resign(text, bigint),
     claim.latch(text, integer), claim.count_down(text), claim.latch_wait(text, interval),
-    claim.revision(), claim.watch(text, bigint, interval)
+    claim.revision(), claim.watch(text, bigint, interval), claim._coord_compacted()
   TO claim_worker, claim_admin;
 GRANT EXECUTE ON FUNCTION claim._coord_maintain() TO claim_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_sessions, claim.coord_leaders,
-                                        claim.coord_latches, claim.coord_changes,
-                                        claim.coord_revision TO claim_worker;
+                                        claim.coord_latches, claim.coord_changes TO claim_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_sessions, claim.coord_leaders,
-                                                  claim.coord_latches, claim.coord_changes,
-                                                  claim.coord_revision TO claim_admin;
+                                                  claim.coord_latches, claim.coord_changes TO claim_admin;
+GRANT USAGE, SELECT ON SEQUENCE claim.coord_revision_seq, claim.coord_compacted_seq TO claim_worker;
+GRANT USAGE, SELECT, UPDATE ON SEQUENCE claim.coord_revision_seq, claim.coord_compacted_seq TO claim_admin;
 GRANT SELECT ON claim.sessions TO claim_worker, claim_admin;
 
 -- pg_dump keeps leaders' epochs, latches and the watch log; live sessions are
@@ -684,4 +699,5 @@ GRANT SELECT ON claim.sessions TO claim_worker, claim_admin;
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_leaders', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_latches', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_changes', '');
-SELECT pg_catalog.pg_extension_config_dump('claim.coord_revision', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_revision_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_compacted_seq', '');

@@ -1,0 +1,148 @@
+-- The coordination service (docs/coordination.md): sessions, leader
+-- election, latches and the revisioned watch, with every error they raise.
+-- Ids, epochs and times vary between runs: the queries show booleans and
+-- relative values only.
+CREATE EXTENSION pg_claim;
+
+\getenv abs_srcdir PG_ABS_SRCDIR
+\i :abs_srcdir/sql/include/try.sql
+\i :abs_srcdir/sql/include/tokens.sql
+-- session ids vary: messages read "session N"
+CREATE FUNCTION pg_temp.try_s(sql text) RETURNS text LANGUAGE sql AS
+$$ SELECT regexp_replace(pg_temp.try(sql), 'session -?\d+', 'session N', 'g') $$;
+
+-- ------------------------------------------------------------------ sessions
+-- untyped positional parameters, as drivers send them
+INSERT INTO t SELECT 's1', claim.session_open('30 seconds', 'worker-a', '0');
+SELECT holder, expires - started AS ttl, lock_delay, leads FROM claim.sessions;
+-- a session id is a fencing token: the next token of the database is higher
+INSERT INTO t SELECT 'g1', claim.guard_begin('coord-probe', '1 minute');
+SELECT pg_temp.tok('g1') > pg_temp.tok('s1') AS one_token_sequence;
+-- keepalive: a new expiry from the server clock
+SELECT claim.session_keepalive(pg_temp.tok('s1'))
+       BETWEEN clock_timestamp() + interval '29 seconds' AND clock_timestamp() + interval '30 seconds'
+       AS renewed;
+-- a session never outlives its ttl, whether or not the worker ran
+INSERT INTO t SELECT 's2', claim.session_open('0.2 seconds', 'short');
+SELECT pg_sleep(0.3);
+SELECT count(*) AS live_short FROM claim.sessions WHERE holder = 'short';
+SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('s2')));
+SELECT pg_temp.try_s(format('SELECT claim.session_close(%s)', pg_temp.tok('s2')));
+-- errors
+SELECT pg_temp.try('SELECT claim.session_open(''0''::interval)');
+SELECT pg_temp.try('SELECT claim.session_open(''2 days''::interval)');
+SELECT pg_temp.try('SELECT claim.session_open(''1 second'', NULL, ''-1 second''::interval)');
+SELECT pg_temp.try('SELECT claim.session_keepalive(NULL)');
+SELECT pg_temp.try_s('SELECT claim.session_keepalive(-1)');
+
+-- ----------------------------------------------------------------- election
+-- a leader with a ttl
+INSERT INTO t SELECT 'e1', claim.elect('cron/nightly', '30 seconds', NULL, 'host-a');
+SELECT holder, epoch = pg_temp.tok('e1') AS same_epoch, until - since AS ttl
+FROM claim.leader('cron/nightly');
+-- another candidate is refused at once (wait defaults to 0) ...
+SELECT claim.elect('cron/nightly', '30 seconds', NULL, 'host-b') IS NULL AS refused;
+-- ... and after waiting
+SELECT claim.elect('cron/nightly', '30 seconds', NULL, 'host-b', '0.1 seconds') IS NULL AS refused_after_wait;
+-- the same holder renews its leadership under the same epoch
+SELECT claim.elect('cron/nightly', '1 hour', NULL, 'host-a') = pg_temp.tok('e1') AS same_epoch_renewed;
+SELECT until - since > interval '59 minutes' AS extended FROM claim.leader('cron/nightly');
+-- resign: only the live epoch
+SELECT claim.resign('cron/nightly', pg_temp.tok('e1') + 1) AS wrong_epoch;
+SELECT claim.resign('cron/nightly', pg_temp.tok('e1')) AS resigned;
+SELECT claim.resign('cron/nightly', pg_temp.tok('e1')) AS resigned_twice;
+SELECT count(*) AS leaders FROM claim.leader('cron/nightly');
+-- the next leader's epoch is higher
+INSERT INTO t SELECT 'e2', claim.elect('cron/nightly', '30 seconds', NULL, 'host-b');
+SELECT pg_temp.tok('e2') > pg_temp.tok('e1') AS higher_epoch;
+-- a ttl leader whose time ran out is replaced
+INSERT INTO t SELECT 'e3', claim.elect('short/leader', '0.1 seconds', NULL, 'host-a');
+SELECT claim.elect('short/leader', '30 seconds', NULL, 'host-b', '5 seconds') > pg_temp.tok('e3')
+       AS replaced_after_ttl;
+SELECT holder FROM claim.leader('short/leader');
+
+-- a leader carried by a session: it leads as long as the session lives
+INSERT INTO t SELECT 'e4', claim.elect('svc/primary', NULL, pg_temp.tok('s1'));
+SELECT holder, until = (SELECT expires FROM claim.sessions WHERE session = pg_temp.tok('s1')) AS until_session
+FROM claim.leader('svc/primary');
+SELECT leads FROM claim.sessions WHERE session = pg_temp.tok('s1');
+-- electing again with the same session keeps the epoch
+SELECT claim.elect('svc/primary', NULL, pg_temp.tok('s1')) = pg_temp.tok('e4') AS same_epoch;
+-- closing the session releases what it carried, and counts it
+SELECT claim.session_close(pg_temp.tok('s1')) AS released;
+SELECT count(*) AS leaders FROM claim.leader('svc/primary');
+SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('s1')));
+SELECT pg_temp.try_s(format('SELECT claim.elect(''x'', NULL, %s)', pg_temp.tok('s1')));
+
+-- lock_delay: the leadership of a session that expired is not granted again
+-- before the session's expiry + lock_delay
+SELECT clock_timestamp() AS before_open \gset
+INSERT INTO t SELECT 's3', claim.session_open('0.2 seconds', 'paused', '0.4 seconds');
+INSERT INTO t SELECT 'e5', claim.elect('svc/delayed', NULL, pg_temp.tok('s3'));
+SELECT holder FROM claim.leader('svc/delayed');
+SELECT pg_sleep(0.3);
+SELECT count(*) AS leaders_after_expiry FROM claim.leader('svc/delayed');
+SELECT claim.elect('svc/delayed', '30 seconds', NULL, 'next') IS NULL AS delayed;
+INSERT INTO t SELECT 'e6', claim.elect('svc/delayed', '30 seconds', NULL, 'next', '5 seconds');
+SELECT clock_timestamp() >= :'before_open'::timestamptz + interval '0.6 seconds'
+       AS granted_after_expiry_and_delay;
+SELECT holder, epoch > pg_temp.tok('e5') AS higher_epoch FROM claim.leader('svc/delayed');
+
+-- errors
+SELECT pg_temp.try('SELECT claim.elect(''a'')');
+SELECT pg_temp.try('SELECT claim.elect(''a'', ''1 second'', 1)');
+SELECT pg_temp.try('SELECT claim.elect(NULL, ''1 second'')');
+SELECT pg_temp.try('SELECT claim.elect(''a'', ''0''::interval)');
+SELECT pg_temp.try('SELECT claim.elect(''a'', ''1 second'', NULL, NULL, ''-1 second''::interval)');
+
+-- ------------------------------------------------------------------ latches
+SELECT claim.latch('deploy/ready', 2);
+SELECT claim.latch_wait('deploy/ready') AS open_at_once;
+SELECT claim.count_down('deploy/ready') AS left_1;
+SELECT claim.latch_wait('deploy/ready', '0.05 seconds') AS open_after_wait;
+SELECT claim.count_down('deploy/ready') AS left_0;
+SELECT claim.count_down('deploy/ready') AS stays_0;
+SELECT claim.latch_wait('deploy/ready', '1 second') AS open;
+SELECT pg_temp.try('SELECT claim.count_down(''nope'')');
+SELECT pg_temp.try('SELECT claim.latch_wait(''nope'')');
+SELECT pg_temp.try('SELECT claim.latch(''x'', -1)');
+
+-- -------------------------------------------------------------------- watch
+-- every change under a prefix, in revision order
+SELECT kind, name, event, holder FROM claim.watch('cron/') ORDER BY revision;
+SELECT kind, name, event FROM claim.watch('deploy/') ORDER BY revision;
+-- revisions rise; resuming after one returns only what came later
+SELECT bool_and(revision > 0) AND count(*) = count(DISTINCT revision) AS distinct_revisions
+FROM claim.watch('');
+SELECT max(revision) = claim.revision() AS revision_is_last FROM claim.watch('');
+SELECT count(*) AS after_last FROM claim.watch('', claim.revision());
+SELECT name, event FROM claim.watch('cron/',
+       (SELECT max(revision) FROM claim.watch('cron/') WHERE event = 'resigned'));
+-- a wait that nothing ends returns nothing when its time is up
+SELECT count(*) AS nothing_new FROM claim.watch('cron/', claim.revision(), '0.05 seconds');
+SELECT pg_temp.try('SELECT * FROM claim.watch(''a'', -1)');
+-- compaction: revisions older than pg_claim.watch_retention are deleted by
+-- the worker (here by its function), and a watch from one of them raises
+-- PC003, never a silent gap
+SELECT claim.revision() AS before_compaction \gset
+SELECT pg_sleep(1.05);
+SET pg_claim.watch_retention = '1s';
+DO $$  -- the worker may hold the log's lock for a moment: then look again
+BEGIN
+    FOR i IN 1 .. 100 LOOP
+        PERFORM claim._coord_maintain();
+        EXIT WHEN claim._coord_compacted() > 0;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END $$;
+RESET pg_claim.watch_retention;
+SELECT claim._coord_compacted() >= :before_compaction AS compacted;
+SELECT pg_temp.try('SELECT * FROM claim.watch(''cron/'', 1)');
+SELECT count(*) AS from_current FROM claim.watch('', claim.revision());
+
+-- writes need a primary: a read-only transaction behaves like a standby for
+-- the checks below only where it writes (a standby raises 25006)
+BEGIN TRANSACTION READ ONLY;
+SELECT pg_temp.try('SELECT claim.session_open()');
+ROLLBACK;
+DROP EXTENSION pg_claim;
