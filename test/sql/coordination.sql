@@ -140,9 +140,47 @@ SELECT claim._coord_compacted() >= :before_compaction AS compacted;
 SELECT pg_temp.try('SELECT * FROM claim.watch(''cron/'', 1)');
 SELECT count(*) AS from_current FROM claim.watch('', claim.revision());
 
+-- -------------------------------------------------------------------- roles
+-- Workers and admins use the service; producers and roles with neither get
+-- 42501. A session is its owner's: another worker role may not keep it
+-- alive, close it or elect with it; an admin may.
+CREATE ROLE regress_coord_w1 NOLOGIN IN ROLE claim_worker;
+CREATE ROLE regress_coord_w2 NOLOGIN IN ROLE claim_worker;
+CREATE ROLE regress_coord_a NOLOGIN IN ROLE claim_admin;
+CREATE ROLE regress_coord_p NOLOGIN IN ROLE claim_producer;
+CREATE ROLE regress_coord_none NOLOGIN;
+GRANT ALL ON t TO PUBLIC;
+SET ROLE regress_coord_w1;
+INSERT INTO t SELECT 'w1', claim.session_open('30 seconds', 'w1');
+SELECT claim.elect('roles/leader', '30 seconds', NULL, 'w1') IS NOT NULL AS worker_elects;
+SELECT count(*) AS worker_reads_leader FROM claim.leader('roles/leader');
+SELECT claim.latch('roles/latch', 1) IS NULL AS worker_latch;
+SELECT claim.count_down('roles/latch') AS worker_count_down;
+SELECT count(*) > 0 AS worker_watches FROM claim.watch('roles/');
+SELECT count(*) AS worker_sees_sessions FROM claim.sessions WHERE holder = 'w1';
+SET ROLE regress_coord_w2;
+SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w1')));
+SELECT pg_temp.try_s(format('SELECT claim.session_close(%s)', pg_temp.tok('w1')));
+SELECT pg_temp.try_s(format('SELECT claim.elect(''roles/other'', NULL, %s)', pg_temp.tok('w1')));
+SET ROLE regress_coord_a;
+SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w1')));
+SET ROLE regress_coord_p;
+SELECT pg_temp.try('SELECT claim.session_open()');
+SELECT pg_temp.try('SELECT claim.elect(''roles/leader'', ''1 second'')');
+SELECT pg_temp.try('SELECT * FROM claim.leader(''roles/leader'')');
+SELECT pg_temp.try('SELECT * FROM claim.watch('''')');
+SELECT pg_temp.try('SELECT * FROM claim.sessions');
+SET ROLE regress_coord_none;
+SELECT pg_temp.try('SELECT claim.session_open()');
+SELECT pg_temp.try('SELECT claim.latch_wait(''roles/latch'')');
+SELECT pg_temp.try('SELECT claim._coord_maintain()');
+RESET ROLE;
+SELECT claim.session_close(pg_temp.tok('w1')) AS closed_by_installer;
+
 -- writes need a primary: a read-only transaction behaves like a standby for
 -- the checks below only where it writes (a standby raises 25006)
 BEGIN TRANSACTION READ ONLY;
 SELECT pg_temp.try('SELECT claim.session_open()');
 ROLLBACK;
 DROP EXTENSION pg_claim;
+DROP ROLE regress_coord_w1, regress_coord_w2, regress_coord_a, regress_coord_p, regress_coord_none;
