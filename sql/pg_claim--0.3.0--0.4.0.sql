@@ -701,3 +701,15 @@ SELECT pg_catalog.pg_extension_config_dump('claim.coord_latches', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_changes', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_revision_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('claim.coord_compacted_seq', '');
+
+-- Barriers (src/api/barriers.cpp): arrivals live in shared memory, not in a
+-- table, since the other parties must see an arrival before its transaction
+-- ends; the last arrival opens the barrier at once. Nothing is written: a
+-- barrier also works on a hot standby (among the sessions of that server).
+CREATE FUNCTION claim.barrier(name text, parties integer, wait interval)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_barrier';
+REVOKE EXECUTE ON FUNCTION claim.barrier(text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.barrier(text, integer, interval) TO claim_worker, claim_admin;

@@ -56,6 +56,10 @@ void notify_finished(int64 queue_id);
 void finished_wait_begin();
 void finished_wait_end();
 
+// Wake every waiter of (kind, key) now, not at commit (a change that is not
+// transactional: a barrier opening). No raise.
+void wake_now(WaitKind kind, int64 key);
+
 // Wake every waiter of this database (the commit of a prepared transaction:
 // what it made ready is unknown). Waiters between their scan and their
 // sleep see it too.

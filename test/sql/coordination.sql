@@ -107,6 +107,17 @@ SELECT pg_temp.try('SELECT claim.count_down(''nope'')');
 SELECT pg_temp.try('SELECT claim.latch_wait(''nope'')');
 SELECT pg_temp.try('SELECT claim.latch(''x'', -1)');
 
+-- ----------------------------------------------------------------- barriers
+-- (the parties' race: test/isolation/specs/coordination.spec)
+SELECT claim.barrier('solo', 1, '0') AS order_alone;
+SELECT claim.barrier('solo', 1, '0') AS next_generation;
+SELECT claim.barrier('pair', 2, '0.05 seconds') IS NULL AS timed_out;
+SELECT claim.barrier('pair', 1, '0') AS left_after_timeout;
+SELECT pg_temp.try('SELECT claim.barrier(''x'', 0, ''0'')');
+SELECT pg_temp.try('SELECT claim.barrier(''x'', 2, ''-1 second''::interval)');
+SELECT pg_temp.try('SELECT claim.barrier(NULL, 2, ''1 second'')');
+SELECT pg_temp.try('SELECT claim.barrier(''x'', 2, NULL)');
+
 -- -------------------------------------------------------------------- watch
 -- every change under a prefix, in revision order
 SELECT kind, name, event, holder FROM claim.watch('cron/') ORDER BY revision;
@@ -156,6 +167,7 @@ SELECT claim.elect('roles/leader', '30 seconds', NULL, 'w1') IS NOT NULL AS work
 SELECT count(*) AS worker_reads_leader FROM claim.leader('roles/leader');
 SELECT claim.latch('roles/latch', 1) IS NULL AS worker_latch;
 SELECT claim.count_down('roles/latch') AS worker_count_down;
+SELECT claim.barrier('roles/b', 1, '0') AS worker_barrier;
 SELECT count(*) > 0 AS worker_watches FROM claim.watch('roles/');
 SELECT count(*) AS worker_sees_sessions FROM claim.sessions WHERE holder = 'w1';
 SET ROLE regress_coord_w2;
@@ -170,6 +182,7 @@ SELECT pg_temp.try('SELECT claim.elect(''roles/leader'', ''1 second'')');
 SELECT pg_temp.try('SELECT * FROM claim.leader(''roles/leader'')');
 SELECT pg_temp.try('SELECT * FROM claim.watch('''')');
 SELECT pg_temp.try('SELECT * FROM claim.sessions');
+SELECT pg_temp.try('SELECT claim.barrier(''roles/b'', 1, ''0'')');
 SET ROLE regress_coord_none;
 SELECT pg_temp.try('SELECT claim.session_open()');
 SELECT pg_temp.try('SELECT claim.latch_wait(''roles/latch'')');
