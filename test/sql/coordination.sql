@@ -77,14 +77,14 @@ SELECT pg_temp.try_s(format('SELECT claim.elect(''x'', NULL, %s)', pg_temp.tok('
 -- lock_delay: the leadership of a session that expired is not granted again
 -- before the session's expiry + lock_delay
 SELECT clock_timestamp() AS before_open \gset
-INSERT INTO t SELECT 's3', claim.session_open('0.2 seconds', 'paused', '0.4 seconds');
+INSERT INTO t SELECT 's3', claim.session_open('0.2 seconds', 'paused', '1 second');
 INSERT INTO t SELECT 'e5', claim.elect('svc/delayed', NULL, pg_temp.tok('s3'));
 SELECT holder FROM claim.leader('svc/delayed');
 SELECT pg_sleep(0.3);
 SELECT count(*) AS leaders_after_expiry FROM claim.leader('svc/delayed');
 SELECT claim.elect('svc/delayed', '30 seconds', NULL, 'next') IS NULL AS delayed;
 INSERT INTO t SELECT 'e6', claim.elect('svc/delayed', '30 seconds', NULL, 'next', '5 seconds');
-SELECT clock_timestamp() >= :'before_open'::timestamptz + interval '0.6 seconds'
+SELECT clock_timestamp() >= :'before_open'::timestamptz + interval '1.2 seconds'
        AS granted_after_expiry_and_delay;
 SELECT holder, epoch > pg_temp.tok('e5') AS higher_epoch FROM claim.leader('svc/delayed');
 

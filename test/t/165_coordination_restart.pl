@@ -2,7 +2,9 @@
 # a session ends no later than its ttl (the worker ends it, its leadership
 # with it), a ttl leader keeps leading until its ttl, every epoch and
 # session id granted afterwards is higher than any before, and the watch
-# log goes on from the last revision, gap-free.
+# log goes on from the last revision, gap-free. On a hot standby the reads
+# and the watch work (a waiting watch sees what replay brings) and the
+# writes raise 25006.
 use strict;
 use warnings;
 
@@ -11,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = PostgreSQL::Test::Cluster->new('coordination');
-$node->init;
+$node->init(allows_streaming => 1);
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'pg_claim'\npg_claim.worker_naptime = 100ms\n");
 $node->start;
@@ -43,5 +45,28 @@ is($node->safe_psql('postgres',
 is($node->safe_psql('postgres',
 	q{SELECT bool_and(revision > prev) FROM (SELECT revision, lag(revision, 1, 0::bigint) OVER (ORDER BY revision) AS prev FROM claim.watch('')) w}),
 	't', 'revisions rise in the log');
+# A hot standby.
+$node->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('coordination_standby');
+$standby->init_from_backup($node, 'b', has_streaming => 1);
+$standby->start;
+$node->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', q{SELECT holder FROM claim.leader('cron/runner')}), 'runner-b',
+	'the standby reads the leader');
+my $srev = $standby->safe_psql('postgres', q{SELECT claim.revision()});
+my ($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.elect('cron/x', '1 minute')});
+like($err, qr/cannot call claim\.elect on a hot standby/, 'elect on the standby: refused');
+($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.session_open()},
+	extra_params => ['-v', 'VERBOSITY=verbose']);
+like($err, qr/25006/, 'session_open on the standby: 25006');
+# a watch waiting on the standby sees a change the primary commits later
+my $watch = $standby->background_psql('postgres');
+$watch->query_until(qr/started/, "\\echo started\nSELECT name || ' ' || event AS seen FROM claim.watch('cron/', $srev, '20 seconds');\n");
+$node->safe_psql('postgres', q{SELECT claim.latch('cron/gate', 1)});
+my $seen = $watch->query_safe(q{SELECT 'done'});
+like($seen, qr{cron/gate set}, 'a watch waiting on the standby returned the change');
+$watch->quit;
+$standby->stop;
+
 $node->stop;
 done_testing();
