@@ -96,6 +96,15 @@ CREATE TABLE claim.coord_leaders (
 );
 CREATE INDEX coord_leaders_session ON claim.coord_leaders (session_id) WHERE session_id IS NOT NULL;
 
+-- Leases attached to a session (claim.lease_acquire(..., session => s)):
+-- renewed by its keepalives, released when it is closed.
+CREATE TABLE claim.coord_attached (
+    session_id  bigint NOT NULL,
+    name        text COLLATE "C" NOT NULL,
+    token       bigint NOT NULL,
+    PRIMARY KEY (session_id, name, token)
+);
+
 -- Latches: count_down until zero.
 CREATE TABLE claim.coord_latches (
     name     text COLLATE "C" PRIMARY KEY,
@@ -267,6 +276,12 @@ BEGIN
             DETAIL = 'No keepalive came within its ttl.',
             HINT = 'Open a new session; what the old one carried was released.';
     END IF;
+    -- Its leases: held until the new expiry + lock_delay.
+    UPDATE claim.lease_holders h SET expires_at = e OPERATOR(pg_catalog.+) r.lock_delay
+      FROM claim.coord_attached a
+     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id
+       AND h.name OPERATOR(pg_catalog.=) a.name AND h.token OPERATOR(pg_catalog.=) a.token
+       AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
     RETURN e;
 END
 $$;
@@ -295,6 +310,13 @@ BEGIN
                                  l.epoch, l.holder);
         PERFORM claim._coord_wake(claim._coord_key('leader', l.name));
     END LOOP;
+    -- Its leases: released at once when it is closed; when it expired they
+    -- stay held until its expiry + lock_delay.
+    IF NOT expired THEN
+        SELECT n OPERATOR(pg_catalog.+) pg_catalog.count(*) FILTER (WHERE claim.lease_release(a.name, a.token))::integer
+          INTO n FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
+    END IF;
+    DELETE FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
     DELETE FROM claim.coord_sessions c WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id;
     PERFORM claim._coord_log('session', r.holder, CASE WHEN expired THEN 'expired' ELSE 'closed' END,
                              r.session_id, r.holder);
@@ -316,11 +338,16 @@ $$;
 CREATE VIEW claim.sessions AS
 SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, s.lock_delay,
        (SELECT pg_catalog.array_agg(l.name ORDER BY l.name) FROM claim.coord_leaders l
-         WHERE l.session_id OPERATOR(pg_catalog.=) s.session_id AND l.ended IS NULL) AS leads
+         WHERE l.session_id OPERATOR(pg_catalog.=) s.session_id AND l.ended IS NULL) AS leads,
+       (SELECT pg_catalog.array_agg(a.name ORDER BY a.name) FROM claim.coord_attached a
+          JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
+                                    AND h.token OPERATOR(pg_catalog.=) a.token
+         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id
+           AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leases
 FROM claim.coord_sessions s
 WHERE s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW claim.sessions IS
-    'Live sessions of the coordination service, and the elections each one leads.';
+    'Live sessions of the coordination service, the elections each one leads and the leases attached to it.';
 
 -- Leader election.
 CREATE FUNCTION claim._coord_live_until(l claim.coord_leaders)
@@ -713,3 +740,53 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_barrier';
 REVOKE EXECUTE ON FUNCTION claim.barrier(text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.barrier(text, integer, interval) TO claim_worker, claim_admin;
+
+-- Leases attached to a session: claim.session_lease(session, name, ...)
+-- grants a lease (claim.lease_acquire) until the session's expiry +
+-- lock_delay and attaches it to the session: renewed by its keepalives,
+-- released when it is closed, left to run out lock_delay after an expiry.
+CREATE FUNCTION claim._coord_attach_lease(session bigint, name text, token bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    -- Under the session's lock: a close or the worker's end of the session
+    -- waits for this transaction, and sees the lease.
+    r := claim._coord_session(session, 'claim.session_lease', true);
+    UPDATE claim.lease_holders h SET expires_at = r.expires OPERATOR(pg_catalog.+) r.lock_delay
+     WHERE h.name OPERATOR(pg_catalog.=) _coord_attach_lease.name
+       AND h.token OPERATOR(pg_catalog.=) _coord_attach_lease.token;
+    INSERT INTO claim.coord_attached (session_id, name, token) VALUES (session, name, token);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_attach_lease(bigint, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_attach_lease(bigint, text, bigint) TO claim_worker, claim_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_attached TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_attached TO claim_admin;
+
+CREATE FUNCTION claim.session_lease(session bigint, name text, holder text DEFAULT NULL,
+                                    permits integer DEFAULT 1, wait interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    tok bigint;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_lease');
+    r := claim._coord_session(session, 'claim.session_lease', false);
+    tok := claim.lease_acquire(name,
+                               r.expires OPERATOR(pg_catalog.+) r.lock_delay OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                               COALESCE(holder, r.holder), permits, wait);
+    IF tok IS NULL THEN RETURN NULL; END IF;
+    -- The session may have ended during a wait: checked again under its lock.
+    PERFORM claim._coord_attach_lease(session, name, tok);
+    RETURN tok;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) TO claim_worker, claim_admin;

@@ -95,6 +95,33 @@ SELECT pg_temp.try('SELECT claim.elect(NULL, ''1 second'')');
 SELECT pg_temp.try('SELECT claim.elect(''a'', ''0''::interval)');
 SELECT pg_temp.try('SELECT claim.elect(''a'', ''1 second'', NULL, NULL, ''-1 second''::interval)');
 
+-- ---------------------------------------------------- leases of a session
+-- claim.session_lease: a lease with no ttl of its own, held until the
+-- session's expiry + lock_delay, renewed by its keepalives, released when
+-- the session is closed.
+INSERT INTO t SELECT 's4', claim.session_open('30 seconds', 'lessee');
+INSERT INTO t SELECT 'l1', claim.session_lease(pg_temp.tok('s4'), 'res/a');
+INSERT INTO t SELECT 'l2', claim.session_lease(pg_temp.tok('s4'), 'res/b', 'h', 2, '0');
+SELECT h.name, h.holder, h.expires_at = s.expires AS until_session
+FROM claim.leases h, claim.sessions s WHERE s.session = pg_temp.tok('s4') ORDER BY h.name;
+SELECT leases FROM claim.sessions WHERE session = pg_temp.tok('s4');
+SELECT claim.lease_acquire('res/a', '10 seconds') IS NULL AS held;
+SELECT pg_temp.try(format('SELECT claim.lease_assert(%L, %s)', 'res/a', pg_temp.tok('l1')));
+SELECT claim.session_keepalive(pg_temp.tok('s4')) AS renewed_to \gset
+SELECT bool_and(expires_at = :'renewed_to') AS keepalive_renews_leases
+FROM claim.leases WHERE name IN ('res/a', 'res/b');
+SELECT claim.session_close(pg_temp.tok('s4')) AS released;
+SELECT count(*) AS leases_left FROM claim.leases WHERE name LIKE 'res/%';
+SELECT pg_temp.try_s(format('SELECT claim.session_lease(%s, %L)', pg_temp.tok('s4'), 'res/c'));
+SELECT pg_temp.try('SELECT claim.session_lease(NULL, ''res/c'')');
+-- a session that expires leaves its leases held for lock_delay more
+INSERT INTO t SELECT 's5', claim.session_open('0.2 seconds', 'paused', '1 second');
+INSERT INTO t SELECT 'l3', claim.session_lease(pg_temp.tok('s5'), 'res/d');
+SELECT pg_sleep(0.3);
+SELECT count(*) AS session_gone FROM claim.sessions WHERE session = pg_temp.tok('s5');
+SELECT claim.lease_acquire('res/d', '10 seconds') IS NULL AS delayed;
+SELECT claim.lease_acquire('res/d', '10 seconds', wait => '5 seconds') > pg_temp.tok('l3') AS granted_after_delay;
+
 -- ------------------------------------------------------------------ latches
 SELECT claim.latch('deploy/ready', 2);
 SELECT claim.latch_wait('deploy/ready') AS open_at_once;
@@ -167,6 +194,7 @@ SELECT claim.elect('roles/leader', '30 seconds', NULL, 'w1') IS NOT NULL AS work
 SELECT count(*) AS worker_reads_leader FROM claim.leader('roles/leader');
 SELECT claim.latch('roles/latch', 1) IS NULL AS worker_latch;
 SELECT claim.count_down('roles/latch') AS worker_count_down;
+SELECT claim.session_lease(pg_temp.tok('w1'), 'roles/lease') IS NOT NULL AS worker_session_lease;
 SELECT claim.barrier('roles/b', 1, '0') AS worker_barrier;
 SELECT count(*) > 0 AS worker_watches FROM claim.watch('roles/');
 SELECT count(*) AS worker_sees_sessions FROM claim.sessions WHERE holder = 'w1';
@@ -174,6 +202,7 @@ SET ROLE regress_coord_w2;
 SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w1')));
 SELECT pg_temp.try_s(format('SELECT claim.session_close(%s)', pg_temp.tok('w1')));
 SELECT pg_temp.try_s(format('SELECT claim.elect(''roles/other'', NULL, %s)', pg_temp.tok('w1')));
+SELECT pg_temp.try_s(format('SELECT claim.session_lease(%s, ''roles/other'')', pg_temp.tok('w1')));
 SET ROLE regress_coord_a;
 SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w1')));
 SET ROLE regress_coord_p;

@@ -23,7 +23,8 @@ INSERT INTO volatile VALUES
     ('claim.token_timeline', 'timeline of the dumped server'),
     -- Live sessions of the coordination service (docs/coordination.md):
     -- their holders open new ones after a restore.
-    ('claim.coord_sessions', 'live sessions');
+    ('claim.coord_sessions', 'live sessions'),
+    ('claim.coord_attached', 'leases attached to live sessions');
 
 CREATE TEMP VIEW members AS
 SELECT c.oid, c.oid::regclass::text AS rel, c.relkind, c.relpersistence,
