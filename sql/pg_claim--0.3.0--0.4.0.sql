@@ -31,11 +31,11 @@ END
 $pg_claim_update_guard$;
 
 -- ===========================================================================
--- The coordination service (docs/coordination.md): sessions, leader
--- election, latches and a revisioned watch. claim.session_open,
--- session_keepalive, session_close, view claim.sessions; claim.elect,
--- leader, resign; claim.latch, count_down, latch_wait; claim.watch,
--- claim.revision. Waits sleep in the server through claim._coord_wait and
+-- The coordination service (docs/coordination.md): sessions and their
+-- leases, leader election, barriers, latches and a revisioned watch.
+-- claim.session_open, session_keepalive, session_close, session_lease, view
+-- claim.sessions; claim.elect, leader, resign; claim.barrier; claim.latch,
+-- count_down, latch_wait; claim.watch, claim.revision. Waits sleep in the server through claim._coord_wait and
 -- are woken at commit by claim._coord_wake (src/api/coordination.cpp); the
 -- database's worker ends expired sessions and trims the watch log
 -- (claim._coord_maintain). Every check of a session's or a leader's time

@@ -5,6 +5,8 @@
 //    connection of the pool, and closes it (close()); 'lost' is emitted when
 //    a keepalive is refused (PC001: everything it carried is released);
 //  * session.elect(name, { wait }) -> { epoch, resign() } or null;
+//  * session.lock(name, { wait }) -> { token, release() } or null: a lease
+//    attached to the session (claim.session_lease);
 //  * session.barrier, latch, countDown, latchWait;
 //  * watch(pool, prefix, { after, wait, signal }): an async iterator over
 //    the changes under prefix that resumes after the last revision it
@@ -64,6 +66,18 @@ class Session extends EventEmitter {
       name,
       epoch,
       resign: async () => this._one('SELECT claim.resign($1, $2) AS v', [name, epoch]),
+    };
+  }
+
+  /** A lease held as long as the session: { name, token, release() } or null. */
+  async lock(name, { wait = 0 } = {}) {
+    const token = num(await this._one('SELECT claim.session_lease($1, $2, NULL, 1, $3) AS v',
+      [this.id, name, secs(wait)]));
+    if (token === null) return null;
+    return {
+      name,
+      token,
+      release: async () => this._one('SELECT claim.lease_release($1, $2) AS v', [name, token]),
     };
   }
 

@@ -66,3 +66,20 @@ test('barrier, latch and a resuming watch', async () => {
     await pool.end();
   }
 });
+
+test('a lock held with the session', async () => {
+  const pool = makePool(2);
+  const name = uniqueName('node/lock');
+  try {
+    const s = await Session.open(pool, { ttl: 5 });
+    const l = await s.lock(name);
+    assert.ok(l && l.token > s.id);
+    assert.equal(await s.lock(name), null);
+    assert.equal(await l.release(), true);
+    const again = await s.lock(name);
+    assert.ok(again && again.token > l.token);
+    assert.equal(await s.close(), 1); // the session released it
+  } finally {
+    await pool.end();
+  }
+});

@@ -5,6 +5,8 @@
   exit; ``lost`` is set (and ``on_lost`` called) when a keepalive is refused.
 - :meth:`Session.elect` / :class:`Leadership`: leader election carried by the
   session, with its epoch (a fencing token) and ``resign()``.
+- :meth:`Session.lock`: a context manager over a lease attached to the
+  session (``claim.session_lease``), yielding its fencing token.
 - :meth:`Session.barrier`, :meth:`Session.latch`, :meth:`Session.count_down`,
   :meth:`Session.latch_wait`.
 - :func:`watch`: an iterator over the changes under a prefix that resumes
@@ -17,6 +19,7 @@ transaction mode.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Callable, Iterator, List, NamedTuple, Optional
 
@@ -124,6 +127,18 @@ class Session:
         epoch = self._one("SELECT claim.elect(%s, NULL, %s, %s, %s)",
                           (name, self.id, holder, _secs(wait)))
         return None if epoch is None else Leadership(self, name, epoch)
+
+    @contextmanager
+    def lock(self, name: str, wait: float = 0.0) -> Iterator[Optional[int]]:
+        """Hold lease ``name`` as long as the session (or until the block ends):
+        yields its fencing token, or None when it was not granted in ``wait``."""
+        token = self._one("SELECT claim.session_lease(%s, %s, NULL, 1, %s)",
+                          (self.id, name, _secs(wait)))
+        try:
+            yield token
+        finally:
+            if token is not None and not self.lost.is_set():
+                self._one("SELECT claim.lease_release(%s, %s)", (name, token))
 
     def barrier(self, name: str, parties: int, wait: float) -> Optional[int]:
         return self._one("SELECT claim.barrier(%s, %s, %s)", (name, parties, _secs(wait)))

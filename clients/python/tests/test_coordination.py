@@ -77,3 +77,15 @@ class _once(threading.Event):
         done = super().is_set()
         self.set()
         return done
+
+
+def test_lock_is_held_with_the_session(dsn: str, conn) -> None:
+    name = _name("lock")
+    with Session(dsn, ttl=5, holder="py-a") as s:
+        with s.lock(name) as token:
+            assert token is not None
+            assert conn.execute("SELECT claim.lease_acquire(%s, '10 s')", (name,)).fetchone()[0] is None
+            conn.execute("SELECT claim.lease_assert(%s, %s)", (name, token))
+        # released when the block ends
+        t2 = conn.execute("SELECT claim.lease_acquire(%s, '10 s')", (name,)).fetchone()[0]
+        assert t2 is not None and t2 > token
