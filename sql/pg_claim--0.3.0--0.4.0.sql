@@ -33,7 +33,8 @@ $pg_claim_update_guard$;
 -- ===========================================================================
 -- The coordination service (docs/coordination.md): sessions and their
 -- leases, leader election, barriers, latches and a revisioned watch.
--- claim.session_open, session_keepalive, session_close, session_lease, view
+-- claim.session_open, session_keepalive, session_close, session_lease,
+-- session_claim, view
 -- claim.sessions; claim.elect, leader, resign; claim.barrier; claim.latch,
 -- count_down, latch_wait; claim.watch, claim.revision. Waits sleep in the server through claim._coord_wait and
 -- are woken at commit by claim._coord_wake (src/api/coordination.cpp); the
@@ -96,13 +97,15 @@ CREATE TABLE claim.coord_leaders (
 );
 CREATE INDEX coord_leaders_session ON claim.coord_leaders (session_id) WHERE session_id IS NOT NULL;
 
--- Leases attached to a session (claim.lease_acquire(..., session => s)):
--- renewed by its keepalives, released when it is closed.
+-- Leases and claims attached to a session (claim.session_lease,
+-- claim.session_claim): renewed by its keepalives, released when it is
+-- closed. kind 'lease' (name: the lease) or 'claim' (name: the queue).
 CREATE TABLE claim.coord_attached (
     session_id  bigint NOT NULL,
-    name        text COLLATE "C" NOT NULL,
     token       bigint NOT NULL,
-    PRIMARY KEY (session_id, name, token)
+    kind        text NOT NULL CHECK (kind IN ('lease', 'claim')),
+    name        text COLLATE "C" NOT NULL,
+    PRIMARY KEY (session_id, token)
 );
 
 -- Latches: count_down until zero.
@@ -279,9 +282,15 @@ BEGIN
     -- Its leases: held until the new expiry + lock_delay.
     UPDATE claim.lease_holders h SET expires_at = e OPERATOR(pg_catalog.+) r.lock_delay
       FROM claim.coord_attached a
-     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id
+     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
        AND h.name OPERATOR(pg_catalog.=) a.name AND h.token OPERATOR(pg_catalog.=) a.token
        AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+    -- Its claims: until the new expiry.
+    UPDATE claim.claims c SET lease_until = e
+      FROM claim.coord_attached a
+     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
+       AND c.token OPERATOR(pg_catalog.=) a.token
+       AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
     RETURN e;
 END
 $$;
@@ -311,10 +320,17 @@ BEGIN
         PERFORM claim._coord_wake(claim._coord_key('leader', l.name));
     END LOOP;
     -- Its leases: released at once when it is closed; when it expired they
-    -- stay held until its expiry + lock_delay.
+    -- stay held until its expiry + lock_delay (its claims ran out with it).
     IF NOT expired THEN
         SELECT n OPERATOR(pg_catalog.+) pg_catalog.count(*) FILTER (WHERE claim.lease_release(a.name, a.token))::integer
-          INTO n FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
+          INTO n FROM claim.coord_attached a
+         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease';
+        -- its live claims: given back without using up an attempt
+        SELECT n OPERATOR(pg_catalog.+) COALESCE(pg_catalog.sum(claim.release(a.token)), 0)::integer
+          INTO n FROM claim.coord_attached a
+          JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
+         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
+           AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
     END IF;
     DELETE FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
     DELETE FROM claim.coord_sessions c WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id;
@@ -342,12 +358,16 @@ SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, 
        (SELECT pg_catalog.array_agg(a.name ORDER BY a.name) FROM claim.coord_attached a
           JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
                                     AND h.token OPERATOR(pg_catalog.=) a.token
-         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id
-           AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leases
+         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
+           AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leases,
+       (SELECT pg_catalog.count(*) FROM claim.coord_attached a
+          JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
+         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
+           AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS claims
 FROM claim.coord_sessions s
 WHERE s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW claim.sessions IS
-    'Live sessions of the coordination service, the elections each one leads and the leases attached to it.';
+    'Live sessions of the coordination service, the elections each one leads, the leases and the number of claims attached to it.';
 
 -- Leader election.
 CREATE FUNCTION claim._coord_live_until(l claim.coord_leaders)
@@ -759,7 +779,7 @@ BEGIN
     UPDATE claim.lease_holders h SET expires_at = r.expires OPERATOR(pg_catalog.+) r.lock_delay
      WHERE h.name OPERATOR(pg_catalog.=) _coord_attach_lease.name
        AND h.token OPERATOR(pg_catalog.=) _coord_attach_lease.token;
-    INSERT INTO claim.coord_attached (session_id, name, token) VALUES (session, name, token);
+    INSERT INTO claim.coord_attached (session_id, token, kind, name) VALUES (session, token, 'lease', name);
 END
 $$;
 REVOKE EXECUTE ON FUNCTION claim._coord_attach_lease(bigint, text, bigint) FROM PUBLIC;
@@ -790,3 +810,42 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) TO claim_worker, claim_admin;
+
+-- Claims attached to a session: claim.session_claim(session, queue, ...)
+-- claims like claim.claim_next, with the session's time left as the lease;
+-- the claims run out with the session (no lock_delay: their items become
+-- claimable as on lease expiry), every keepalive renews them, and
+-- session_close gives them back (claim.release).
+CREATE FUNCTION claim.session_claim(session bigint, queue text, n integer DEFAULT 1,
+                                    wait interval DEFAULT '0', worker text DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    it claim.item;
+    got claim.item[] := '{}';
+BEGIN
+    PERFORM claim._coord_primary('claim.session_claim');
+    r := claim._coord_session(session, 'claim.session_claim', false);
+    FOR it IN SELECT * FROM claim.claim_next(session_claim.queue, session_claim.n,
+                  r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), session_claim.wait,
+                  COALESCE(session_claim.worker, r.holder)) LOOP
+        got := got OPERATOR(pg_catalog.||) it;
+    END LOOP;
+    IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) 0 THEN RETURN; END IF;
+    -- The session may have ended during a wait: checked again under its lock.
+    r := claim._coord_session(session, 'claim.session_claim', true);
+    INSERT INTO claim.coord_attached (session_id, token, kind, name)
+    SELECT session_claim.session, g.token, 'claim', session_claim.queue FROM pg_catalog.unnest(got) g;
+    UPDATE claim.claims c SET lease_until = r.expires
+     WHERE c.token OPERATOR(pg_catalog.=) ANY (SELECT g.token FROM pg_catalog.unnest(got) g);
+    FOREACH it IN ARRAY got LOOP
+        it.lease_until := r.expires;
+        RETURN NEXT it;
+    END LOOP;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) TO claim_worker, claim_admin;

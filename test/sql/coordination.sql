@@ -122,6 +122,29 @@ SELECT count(*) AS session_gone FROM claim.sessions WHERE session = pg_temp.tok(
 SELECT claim.lease_acquire('res/d', '10 seconds') IS NULL AS delayed;
 SELECT claim.lease_acquire('res/d', '10 seconds', wait => '5 seconds') > pg_temp.tok('l3') AS granted_after_delay;
 
+-- ---------------------------------------------------- claims of a session
+-- claim.session_claim: claims that run out with the session, renewed by its
+-- keepalives (one statement for all of them), given back by session_close.
+SELECT claim.create_queue('coord_jobs');
+SELECT count(claim.enqueue('coord_jobs', jsonb_build_object('i', g))) AS enqueued FROM generate_series(1, 5) g;
+INSERT INTO t SELECT 's6', claim.session_open('30 seconds', 'worker-7');
+SELECT count(*) AS claimed, bool_and(c.lease_until = s.expires) AS until_session
+FROM claim.session_claim(pg_temp.tok('s6'), 'coord_jobs', 3) c, claim.sessions s
+WHERE s.session = pg_temp.tok('s6');
+SELECT claims FROM claim.sessions WHERE session = pg_temp.tok('s6');
+SELECT DISTINCT worker FROM claim.claims;
+SELECT claim.session_keepalive(pg_temp.tok('s6')) AS renewed_to \gset
+SELECT bool_and(lease_until = :'renewed_to') AS keepalive_renews_claims FROM claim.claims;
+SELECT claim.session_close(pg_temp.tok('s6')) AS given_back;
+SELECT count(*) AS live_claims FROM claim.claims WHERE lease_until > clock_timestamp();
+-- a session that expires: its claims run out with it (no lock_delay)
+INSERT INTO t SELECT 's7', claim.session_open('0.2 seconds', 'worker-8', '1 hour');
+SELECT count(*) AS claimed FROM claim.session_claim(pg_temp.tok('s7'), 'coord_jobs', 2);
+SELECT pg_sleep(0.3);
+SELECT count(*) AS claimable_again FROM claim.claim_next('coord_jobs', 5);
+SELECT pg_temp.try_s(format('SELECT claim.session_claim(%s, %L)', pg_temp.tok('s7'), 'coord_jobs'));
+SELECT claim.drop_queue('coord_jobs');
+
 -- ------------------------------------------------------------------ latches
 SELECT claim.latch('deploy/ready', 2);
 SELECT claim.latch_wait('deploy/ready') AS open_at_once;
@@ -182,6 +205,7 @@ SELECT count(*) AS from_current FROM claim.watch('', claim.revision());
 -- Workers and admins use the service; producers and roles with neither get
 -- 42501. A session is its owner's: another worker role may not keep it
 -- alive, close it or elect with it; an admin may.
+SELECT claim.create_queue('roles_q');
 CREATE ROLE regress_coord_w1 NOLOGIN IN ROLE claim_worker;
 CREATE ROLE regress_coord_w2 NOLOGIN IN ROLE claim_worker;
 CREATE ROLE regress_coord_a NOLOGIN IN ROLE claim_admin;
@@ -195,6 +219,7 @@ SELECT count(*) AS worker_reads_leader FROM claim.leader('roles/leader');
 SELECT claim.latch('roles/latch', 1) IS NULL AS worker_latch;
 SELECT claim.count_down('roles/latch') AS worker_count_down;
 SELECT claim.session_lease(pg_temp.tok('w1'), 'roles/lease') IS NOT NULL AS worker_session_lease;
+SELECT count(*) AS worker_session_claim FROM claim.session_claim(pg_temp.tok('w1'), 'roles_q');
 SELECT claim.barrier('roles/b', 1, '0') AS worker_barrier;
 SELECT count(*) > 0 AS worker_watches FROM claim.watch('roles/');
 SELECT count(*) AS worker_sees_sessions FROM claim.sessions WHERE holder = 'w1';
@@ -203,10 +228,12 @@ SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w
 SELECT pg_temp.try_s(format('SELECT claim.session_close(%s)', pg_temp.tok('w1')));
 SELECT pg_temp.try_s(format('SELECT claim.elect(''roles/other'', NULL, %s)', pg_temp.tok('w1')));
 SELECT pg_temp.try_s(format('SELECT claim.session_lease(%s, ''roles/other'')', pg_temp.tok('w1')));
+SELECT pg_temp.try_s(format('SELECT claim.session_claim(%s, ''roles_q'')', pg_temp.tok('w1')));
 SET ROLE regress_coord_a;
 SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w1')));
 SET ROLE regress_coord_p;
 SELECT pg_temp.try('SELECT claim.session_open()');
+SELECT pg_temp.try('SELECT claim.session_claim(1, ''roles_q'')');
 SELECT pg_temp.try('SELECT claim.elect(''roles/leader'', ''1 second'')');
 SELECT pg_temp.try('SELECT * FROM claim.leader(''roles/leader'')');
 SELECT pg_temp.try('SELECT * FROM claim.watch('''')');
