@@ -415,6 +415,10 @@ BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'claim.elect: name must not be NULL';
     END IF;
+    IF pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'claim.elect: name is too long: the maximum is 1024 bytes';
+    END IF;
     IF (ttl IS NULL) OPERATOR(pg_catalog.=) (session IS NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'claim.elect takes either a ttl or a session',
@@ -528,9 +532,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM claim._coord_primary('claim.latch');
-    IF name IS NULL OR count IS NULL OR count OPERATOR(pg_catalog.<) 0 THEN
+    IF name IS NULL OR count IS NULL OR count OPERATOR(pg_catalog.<) 0
+       OR pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 1024 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = 'claim.latch takes a name and a count of 0 or more';
+            MESSAGE = 'claim.latch takes a name of at most 1024 bytes and a count of 0 or more';
     END IF;
     INSERT INTO claim.coord_latches AS c (name, count, created)
     VALUES (name, count, pg_catalog.clock_timestamp())

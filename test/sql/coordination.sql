@@ -92,6 +92,7 @@ SELECT holder, epoch > pg_temp.tok('e5') AS higher_epoch FROM claim.leader('svc/
 SELECT pg_temp.try('SELECT claim.elect(''a'')');
 SELECT pg_temp.try('SELECT claim.elect(''a'', ''1 second'', 1)');
 SELECT pg_temp.try('SELECT claim.elect(NULL, ''1 second'')');
+SELECT pg_temp.try(format('SELECT claim.elect(%L, ''1 second'')', repeat('x', 1025)));
 SELECT pg_temp.try('SELECT claim.elect(''a'', ''0''::interval)');
 SELECT pg_temp.try('SELECT claim.elect(''a'', ''1 second'', NULL, NULL, ''-1 second''::interval)');
 
