@@ -351,6 +351,25 @@ BEGIN
 END
 $$;
 
+-- How many live claims a session carries; NULL on a hot standby (claims
+-- are not replicated). PL/pgSQL: the unlogged claim.claims is planned only
+-- where the query runs.
+CREATE FUNCTION claim._coord_session_claims(session bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN RETURN NULL; END IF;
+    RETURN (SELECT pg_catalog.count(*) FROM claim.coord_attached a
+              JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
+             WHERE a.session_id OPERATOR(pg_catalog.=) session AND a.kind OPERATOR(pg_catalog.=) 'claim'
+               AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_session_claims(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_session_claims(bigint) TO claim_worker, claim_admin;
+
 CREATE VIEW claim.sessions AS
 SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, s.lock_delay,
        (SELECT pg_catalog.array_agg(l.name ORDER BY l.name) FROM claim.coord_leaders l
@@ -360,10 +379,7 @@ SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, 
                                     AND h.token OPERATOR(pg_catalog.=) a.token
          WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
            AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leases,
-       (SELECT pg_catalog.count(*) FROM claim.coord_attached a
-          JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
-         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
-           AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS claims
+       claim._coord_session_claims(s.session_id) AS claims
 FROM claim.coord_sessions s
 WHERE s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW claim.sessions IS

@@ -37,7 +37,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.leader('cron/runner
 	'its leadership ended with it');
 my $e3 = $node->safe_psql('postgres', q{SELECT claim.elect('cron/runner', '1 minute', holder => 'runner-b')});
 cmp_ok($e3, '>', $e2, 'an epoch granted after the crash is higher than every earlier one');
-my $s2 = $node->safe_psql('postgres', q{SELECT claim.session_open()});
+my $s2 = $node->safe_psql('postgres', q{SELECT claim.session_open('1 hour')});
 cmp_ok($s2, '>', $e2, 'so is a session id');
 is($node->safe_psql('postgres',
 	"SELECT string_agg(kind || ' ' || event, ', ' ORDER BY revision) FROM claim.watch('cron/runner', $rev)"),
@@ -54,6 +54,9 @@ $node->wait_for_catchup($standby);
 is($standby->safe_psql('postgres', q{SELECT holder FROM claim.leader('cron/runner')}), 'runner-b',
 	'the standby reads the leader');
 my $srev = $standby->safe_psql('postgres', q{SELECT claim.revision()});
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM claim.sessions WHERE claims IS NULL}),
+	$node->safe_psql('postgres', q{SELECT count(*) FROM claim.sessions}),
+	'the standby lists the sessions (their claims unknown there)');
 my ($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.elect('cron/x', '1 minute')});
 like($err, qr/cannot call claim\.elect on a hot standby/, 'elect on the standby: refused');
 ($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.session_open()},
