@@ -57,6 +57,8 @@ my $srev = $standby->safe_psql('postgres', q{SELECT claim.revision()});
 is($standby->safe_psql('postgres', q{SELECT count(*) FROM claim.sessions WHERE claims IS NULL}),
 	$node->safe_psql('postgres', q{SELECT count(*) FROM claim.sessions}),
 	'the standby lists the sessions (their claims unknown there)');
+is($standby->safe_psql('postgres', q{SELECT claim.barrier('standby', 1, '0')}), '1',
+	'a barrier works on the standby');
 my ($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.elect('cron/x', '1 minute')});
 like($err, qr/cannot call claim\.elect on a hot standby/, 'elect on the standby: refused');
 ($rc, $out, $err) = $standby->psql('postgres', q{SELECT claim.session_open()},
