@@ -34,7 +34,7 @@ $pg_claim_update_guard$;
 -- The coordination service (docs/coordination.md): sessions and their
 -- leases, leader election, barriers, latches and a revisioned watch.
 -- claim.session_open, session_keepalive, session_close, session_lease,
--- session_claim, view
+-- session_claim, session_group_claim, view
 -- claim.sessions; claim.elect, leader, resign; claim.barrier; claim.latch,
 -- count_down, latch_wait; claim.watch, claim.revision. Waits sleep in the server through claim._coord_wait and
 -- are woken at commit by claim._coord_wake (src/api/coordination.cpp); the
@@ -326,11 +326,12 @@ BEGIN
           INTO n FROM claim.coord_attached a
          WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease';
         -- its live claims: given back without using up an attempt
+        -- (one token may hold several items: a group_claim)
         SELECT n OPERATOR(pg_catalog.+) COALESCE(pg_catalog.sum(claim.release(a.token)), 0)::integer
           INTO n FROM claim.coord_attached a
-          JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
          WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
-           AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+           AND EXISTS (SELECT FROM claim.claims c WHERE c.token OPERATOR(pg_catalog.=) a.token
+                         AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
     END IF;
     DELETE FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
     DELETE FROM claim.coord_sessions c WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id;
@@ -837,8 +838,10 @@ GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, inter
 -- the claims run out with the session (no lock_delay: their items become
 -- claimable as on lease expiry), every keepalive renews them, and
 -- session_close gives them back (claim.release).
-CREATE FUNCTION claim.session_claim(session bigint, queue text, n integer DEFAULT 1,
-                                    wait interval DEFAULT '0', worker text DEFAULT NULL)
+-- Attach claims just made to the session (checked again under its lock:
+-- it may have ended during a wait); returns them with the session's expiry
+-- as their lease_until.
+CREATE FUNCTION claim._coord_attach_claims(session bigint, queue text, got claim.item[])
 RETURNS SETOF claim.item
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -846,20 +849,13 @@ AS $$
 DECLARE
     r claim.coord_sessions;
     it claim.item;
-    got claim.item[] := '{}';
 BEGIN
-    PERFORM claim._coord_primary('claim.session_claim');
-    r := claim._coord_session(session, 'claim.session_claim', false);
-    FOR it IN SELECT * FROM claim.claim_next(session_claim.queue, session_claim.n,
-                  r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(), session_claim.wait,
-                  COALESCE(session_claim.worker, r.holder)) LOOP
-        got := got OPERATOR(pg_catalog.||) it;
-    END LOOP;
     IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) 0 THEN RETURN; END IF;
-    -- The session may have ended during a wait: checked again under its lock.
     r := claim._coord_session(session, 'claim.session_claim', true);
+    -- (group_claim hands out one token for all the items of a group)
     INSERT INTO claim.coord_attached (session_id, token, kind, name)
-    SELECT session_claim.session, g.token, 'claim', session_claim.queue FROM pg_catalog.unnest(got) g;
+    SELECT DISTINCT _coord_attach_claims.session, g.token, 'claim', _coord_attach_claims.queue
+      FROM pg_catalog.unnest(got) g;
     UPDATE claim.claims c SET lease_until = r.expires
      WHERE c.token OPERATOR(pg_catalog.=) ANY (SELECT g.token FROM pg_catalog.unnest(got) g);
     FOREACH it IN ARRAY got LOOP
@@ -868,5 +864,50 @@ BEGIN
     END LOOP;
 END
 $$;
+
+CREATE FUNCTION claim.session_claim(session bigint, queue text, n integer DEFAULT 1,
+                                    wait interval DEFAULT '0', worker text DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_claim');
+    r := claim._coord_session(session, 'claim.session_claim', false);
+    RETURN QUERY SELECT * FROM claim._coord_attach_claims(session, queue, ARRAY(
+        SELECT c FROM claim.claim_next(session_claim.queue, session_claim.n,
+                                       r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                       session_claim.wait, COALESCE(session_claim.worker, r.holder)) c));
+END
+$$;
+
+CREATE FUNCTION claim.session_group_claim(session bigint, queue text, max_items integer DEFAULT 1000,
+                                          wait interval DEFAULT '0', worker text DEFAULT NULL,
+                                          group_key text DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_group_claim');
+    r := claim._coord_session(session, 'claim.session_group_claim', false);
+    RETURN QUERY SELECT * FROM claim._coord_attach_claims(session, queue, ARRAY(
+        SELECT c FROM claim.group_claim(session_group_claim.queue, session_group_claim.max_items,
+                                        r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                        session_group_claim.wait,
+                                        COALESCE(session_group_claim.worker, r.holder),
+                                        session_group_claim.group_key) c));
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_attach_claims(bigint, text, claim.item[]),
+                           claim.session_group_claim(bigint, text, integer, interval, text, text)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_attach_claims(bigint, text, claim.item[]),
+                          claim.session_group_claim(bigint, text, integer, interval, text, text)
+  TO claim_worker, claim_admin;
 REVOKE EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) TO claim_worker, claim_admin;

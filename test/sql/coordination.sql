@@ -144,6 +144,14 @@ SELECT count(*) AS claimed FROM claim.session_claim(pg_temp.tok('s7'), 'coord_jo
 SELECT pg_sleep(0.3);
 SELECT count(*) AS claimable_again FROM claim.claim_next('coord_jobs', 5);
 SELECT pg_temp.try_s(format('SELECT claim.session_claim(%s, %L)', pg_temp.tok('s7'), 'coord_jobs'));
+-- group_claim too: a group's head items, attached to the session
+SELECT count(claim.enqueue('coord_jobs', '{}', group_key => 'g1')) AS enqueued FROM generate_series(1, 3);
+INSERT INTO t SELECT 's8', claim.session_open('30 seconds', 'grouper');
+SELECT count(*) AS group_claimed, bool_and(c.lease_until = s.expires) AS until_session
+FROM claim.session_group_claim(pg_temp.tok('s8'), 'coord_jobs', 10) c, claim.sessions s
+WHERE s.session = pg_temp.tok('s8');
+SELECT claims FROM claim.sessions WHERE session = pg_temp.tok('s8');
+SELECT claim.session_close(pg_temp.tok('s8')) AS given_back;
 SELECT claim.drop_queue('coord_jobs');
 
 -- ------------------------------------------------------------------ latches
