@@ -243,6 +243,7 @@ SELECT pg_temp.try_s(format('SELECT claim.session_keepalive(%s)', pg_temp.tok('w
 SET ROLE regress_coord_p;
 SELECT pg_temp.try('SELECT claim.session_open()');
 SELECT pg_temp.try('SELECT claim.session_claim(1, ''roles_q'')');
+SELECT pg_temp.try('SELECT claim.session_group_claim(1, ''roles_q'')');
 SELECT pg_temp.try('SELECT claim.elect(''roles/leader'', ''1 second'')');
 SELECT pg_temp.try('SELECT * FROM claim.leader(''roles/leader'')');
 SELECT pg_temp.try('SELECT * FROM claim.watch('''')');
