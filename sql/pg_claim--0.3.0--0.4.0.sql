@@ -513,3 +513,885 @@ SELECT pg_catalog.pg_extension_config_dump('claim.event_waits', '');
 -- claim.item_state shows a run's checkpoints: {step: output}, NULL when it
 -- has none.
 ALTER TYPE claim.item_status ADD ATTRIBUTE steps jsonb;
+
+-- ===========================================================================
+-- The coordination service (docs/coordination.md): sessions and their
+-- leases, leader election, barriers, latches and a revisioned watch.
+-- claim.session_open, session_keepalive, session_close, session_lease,
+-- session_claim, session_group_claim, view
+-- claim.sessions; claim.elect, leader, resign; claim.barrier; claim.latch,
+-- count_down, latch_wait; claim.watch, claim.revision. Waits sleep in the server through claim._coord_wait and
+-- are woken at commit by claim._coord_wake (src/api/coordination.cpp); the
+-- database's worker ends expired sessions and trims the watch log
+-- (claim._coord_maintain). Every check of a session's or a leader's time
+-- compares with clock_timestamp(): nothing outlives its TTL on the server
+-- clock, whether or not the worker has run.
+-- ===========================================================================
+
+CREATE FUNCTION claim._coord_token()
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_coord_token';
+
+CREATE FUNCTION claim._coord_wait(key bigint, wait_ms bigint)
+RETURNS boolean
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_coord_wait';
+
+CREATE FUNCTION claim._coord_wake(key bigint)
+RETURNS void
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_coord_wake';
+
+-- The wait key of a name of a kind ('leader', 'latch', 'watch').
+CREATE FUNCTION claim._coord_key(kind text, name text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT pg_catalog.hashtextextended(kind OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) name, 0) $$;
+
+-- Sessions. A session is live while expires > clock_timestamp(); the worker
+-- deletes expired ones (ending what they carried) and keepalive never
+-- revives one.
+CREATE TABLE claim.coord_sessions (
+    session_id  bigint PRIMARY KEY,
+    holder      text COLLATE "C",
+    owner       name NOT NULL,
+    ttl         interval NOT NULL,
+    lock_delay  interval NOT NULL,
+    started     timestamptz NOT NULL,
+    expires     timestamptz NOT NULL
+);
+CREATE INDEX coord_sessions_expires ON claim.coord_sessions (expires);
+
+-- Leaders: one row per election name; the leader is live while ended is
+-- NULL and its TTL (until) or its session has not run out.
+CREATE TABLE claim.coord_leaders (
+    name           text COLLATE "C" PRIMARY KEY,
+    holder         text COLLATE "C",
+    epoch          bigint NOT NULL,
+    since          timestamptz NOT NULL,
+    until          timestamptz,
+    session_id     bigint,
+    ended          timestamptz,
+    blocked_until  timestamptz
+);
+CREATE INDEX coord_leaders_session ON claim.coord_leaders (session_id) WHERE session_id IS NOT NULL;
+
+-- Leases and claims attached to a session (claim.session_lease,
+-- claim.session_claim): renewed by its keepalives, released when it is
+-- closed. kind 'lease' (name: the lease) or 'claim' (name: the queue).
+CREATE TABLE claim.coord_attached (
+    session_id  bigint NOT NULL,
+    token       bigint NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('lease', 'claim')),
+    name        text COLLATE "C" NOT NULL,
+    PRIMARY KEY (session_id, token)
+);
+
+-- Latches: count_down until zero.
+CREATE TABLE claim.coord_latches (
+    name     text COLLATE "C" PRIMARY KEY,
+    count    integer NOT NULL,
+    created  timestamptz NOT NULL
+);
+
+-- The watch log. A change takes the next value of claim.coord_revision_seq
+-- while it holds claim.coord_changes in SHARE ROW EXCLUSIVE mode, which it
+-- keeps until it commits: revisions are committed in their order, so a
+-- reader that saw revision r has seen every change committed before it (a
+-- rolled-back change leaves its number unused). claim.coord_compacted_seq is
+-- the last revision the worker deleted (pg_claim.watch_retention).
+CREATE SEQUENCE claim.coord_revision_seq AS bigint MINVALUE 1 MAXVALUE 9007199254740991 NO CYCLE;
+CREATE SEQUENCE claim.coord_compacted_seq AS bigint MINVALUE 0 MAXVALUE 9007199254740991 START 0 NO CYCLE;
+
+CREATE TABLE claim.coord_changes (
+    revision  bigint PRIMARY KEY,
+    kind      text NOT NULL,
+    name      text COLLATE "C" NOT NULL,
+    event     text NOT NULL,
+    token     bigint,
+    holder    text COLLATE "C",
+    at        timestamptz NOT NULL
+);
+
+-- The last revision compacted away (0: none).
+CREATE FUNCTION claim._coord_compacted()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END FROM claim.coord_compacted_seq s $$;
+
+-- Record a change (the caller checked it writes on a primary) and wake the
+-- watchers at commit.
+CREATE FUNCTION claim._coord_log(kind text, name text, event text, token bigint, holder text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rev bigint;
+BEGIN
+    LOCK TABLE claim.coord_changes IN SHARE ROW EXCLUSIVE MODE;
+    rev := pg_catalog.nextval('claim.coord_revision_seq');
+    INSERT INTO claim.coord_changes (revision, kind, name, event, token, holder, at)
+    VALUES (rev, kind, COALESCE(name, ''), event, token, holder, pg_catalog.clock_timestamp());
+    PERFORM claim._coord_wake(claim._coord_key('watch', ''));
+    RETURN rev;
+END
+$$;
+
+CREATE FUNCTION claim._coord_primary(fn text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = pg_catalog.format('cannot call %s on a hot standby', fn),
+            HINT = 'Connect to the primary: sessions, leaders and latches are written there.';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction',
+            MESSAGE = pg_catalog.format('cannot call %s in a read-only transaction', fn);
+    END IF;
+END
+$$;
+
+-- A wait's length in milliseconds; 22023 for a negative one.
+CREATE FUNCTION claim._coord_ms(d interval, what text)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF d IS NULL THEN RETURN 0; END IF;
+    IF d OPERATOR(pg_catalog.<) '0'::interval OR d OPERATOR(pg_catalog.>) '1 day'::interval THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('%s must be between 0 and 1 day, not %s', what, d);
+    END IF;
+    RETURN pg_catalog.ceil(pg_catalog.date_part('epoch', d) OPERATOR(pg_catalog.*) 1000)::bigint;
+END
+$$;
+
+-- The live session s (locked when lock), or PC001.
+CREATE FUNCTION claim._coord_session(s bigint, fn text, take_lock boolean)
+RETURNS claim.coord_sessions
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    IF s IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+            MESSAGE = pg_catalog.format('%s: session must not be NULL', fn);
+    END IF;
+    IF take_lock THEN
+        SELECT * INTO r FROM claim.coord_sessions c
+         WHERE c.session_id OPERATOR(pg_catalog.=) s FOR UPDATE;
+    ELSE
+        SELECT * INTO r FROM claim.coord_sessions c WHERE c.session_id OPERATOR(pg_catalog.=) s;
+    END IF;
+    IF r.session_id IS NULL OR r.expires OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() THEN
+        RAISE EXCEPTION USING ERRCODE = 'PC001',
+            MESSAGE = pg_catalog.format('session %s has ended', s),
+            DETAIL = 'It was closed, or no keepalive came within its ttl.',
+            HINT = 'Open a new session; what the old one carried was released.';
+    END IF;
+    IF r.owner OPERATOR(pg_catalog.<>) CURRENT_USER
+       AND NOT pg_catalog.pg_has_role(CURRENT_USER, 'claim_admin', 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = pg_catalog.format('session %s belongs to role %s', s, r.owner),
+            HINT = 'Only the role that opened a session (or a member of claim_admin) may use it.';
+    END IF;
+    RETURN r;
+END
+$$;
+
+CREATE FUNCTION claim.session_open(ttl interval DEFAULT '10 seconds', holder text DEFAULT NULL,
+                                   lock_delay interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    id bigint;
+    now timestamptz;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_open');
+    IF ttl IS NULL OR ttl OPERATOR(pg_catalog.<=) '0'::interval OR ttl OPERATOR(pg_catalog.>) '1 day'::interval THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('ttl must be above 0 and at most 1 day, not %s', COALESCE(ttl::text, 'NULL'));
+    END IF;
+    IF lock_delay IS NULL OR lock_delay OPERATOR(pg_catalog.<) '0'::interval OR lock_delay OPERATOR(pg_catalog.>) '1 day'::interval THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('lock_delay must be between 0 and 1 day, not %s', COALESCE(lock_delay::text, 'NULL'));
+    END IF;
+    id := claim._coord_token();
+    now := pg_catalog.clock_timestamp();
+    INSERT INTO claim.coord_sessions (session_id, holder, owner, ttl, lock_delay, started, expires)
+    VALUES (id, holder, CURRENT_USER, ttl, lock_delay, now, now OPERATOR(pg_catalog.+) ttl);
+    PERFORM claim._coord_log('session', holder, 'opened', id, holder);
+    RETURN id;
+END
+$$;
+
+CREATE FUNCTION claim.session_keepalive(session bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    e timestamptz;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_keepalive');
+    r := claim._coord_session(session, 'claim.session_keepalive', true);
+    UPDATE claim.coord_sessions c
+       SET expires = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) c.ttl
+     WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id
+       AND c.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    RETURNING c.expires INTO e;
+    IF e IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PC001',
+            MESSAGE = pg_catalog.format('session %s has ended', session),
+            DETAIL = 'No keepalive came within its ttl.',
+            HINT = 'Open a new session; what the old one carried was released.';
+    END IF;
+    -- Its leases: held until the new expiry + lock_delay.
+    UPDATE claim.lease_holders h SET expires_at = e OPERATOR(pg_catalog.+) r.lock_delay
+      FROM claim.coord_attached a
+     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
+       AND h.name OPERATOR(pg_catalog.=) a.name AND h.token OPERATOR(pg_catalog.=) a.token
+       AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+    -- Its claims: until the new expiry.
+    UPDATE claim.claims c SET lease_until = e
+      FROM claim.coord_attached a
+     WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
+       AND c.token OPERATOR(pg_catalog.=) a.token
+       AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+    RETURN e;
+END
+$$;
+
+-- End session r (closed: its leaders resign at once; expired: each of its
+-- leaderships stays blocked until the session's expiry + lock_delay).
+-- Returns how many leaderships it carried.
+CREATE FUNCTION claim._coord_end_session(r claim.coord_sessions, expired boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    l record;
+    n integer := 0;
+    at timestamptz := CASE WHEN expired THEN r.expires ELSE pg_catalog.clock_timestamp() END;
+BEGIN
+    FOR l IN UPDATE claim.coord_leaders c
+                SET ended = at,
+                    blocked_until = CASE WHEN expired THEN r.expires OPERATOR(pg_catalog.+) r.lock_delay END
+              WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id AND c.ended IS NULL
+          RETURNING c.name, c.epoch, c.holder
+    LOOP
+        n := n OPERATOR(pg_catalog.+) 1;
+        PERFORM claim._coord_log('leader', l.name, CASE WHEN expired THEN 'expired' ELSE 'resigned' END,
+                                 l.epoch, l.holder);
+        PERFORM claim._coord_wake(claim._coord_key('leader', l.name));
+    END LOOP;
+    -- Its leases: released at once when it is closed; when it expired they
+    -- stay held until its expiry + lock_delay (its claims ran out with it).
+    IF NOT expired THEN
+        SELECT n OPERATOR(pg_catalog.+) pg_catalog.count(*) FILTER (WHERE claim.lease_release(a.name, a.token))::integer
+          INTO n FROM claim.coord_attached a
+         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease';
+        -- its live claims: given back without using up an attempt
+        -- (one token may hold several items: a group_claim)
+        SELECT n OPERATOR(pg_catalog.+) COALESCE(pg_catalog.sum(claim.release(a.token)), 0)::integer
+          INTO n FROM claim.coord_attached a
+         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'claim'
+           AND EXISTS (SELECT FROM claim.claims c WHERE c.token OPERATOR(pg_catalog.=) a.token
+                         AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+    END IF;
+    DELETE FROM claim.coord_attached a WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id;
+    DELETE FROM claim.coord_sessions c WHERE c.session_id OPERATOR(pg_catalog.=) r.session_id;
+    PERFORM claim._coord_log('session', r.holder, CASE WHEN expired THEN 'expired' ELSE 'closed' END,
+                             r.session_id, r.holder);
+    RETURN n;
+END
+$$;
+
+CREATE FUNCTION claim.session_close(session bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM claim._coord_primary('claim.session_close');
+    RETURN claim._coord_end_session(claim._coord_session(session, 'claim.session_close', true), false);
+END
+$$;
+
+-- How many live claims a session carries; NULL on a hot standby (claims
+-- are not replicated). PL/pgSQL: the unlogged claim.claims is planned only
+-- where the query runs.
+CREATE FUNCTION claim._coord_session_claims(session bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN RETURN NULL; END IF;
+    RETURN (SELECT pg_catalog.count(*) FROM claim.coord_attached a
+              JOIN claim.claims c ON c.token OPERATOR(pg_catalog.=) a.token
+             WHERE a.session_id OPERATOR(pg_catalog.=) session AND a.kind OPERATOR(pg_catalog.=) 'claim'
+               AND c.lease_until OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_session_claims(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_session_claims(bigint) TO claim_worker, claim_admin;
+
+CREATE VIEW claim.sessions AS
+SELECT s.session_id AS session, s.holder, s.owner, s.started, s.expires, s.ttl, s.lock_delay,
+       (SELECT pg_catalog.array_agg(l.name ORDER BY l.name) FROM claim.coord_leaders l
+         WHERE l.session_id OPERATOR(pg_catalog.=) s.session_id AND l.ended IS NULL) AS leads,
+       (SELECT pg_catalog.array_agg(a.name ORDER BY a.name) FROM claim.coord_attached a
+          JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
+                                    AND h.token OPERATOR(pg_catalog.=) a.token
+         WHERE a.session_id OPERATOR(pg_catalog.=) s.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
+           AND h.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()) AS leases,
+       claim._coord_session_claims(s.session_id) AS claims
+FROM claim.coord_sessions s
+WHERE s.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
+COMMENT ON VIEW claim.sessions IS
+    'Live sessions of the coordination service, the elections each one leads, the leases and the number of claims attached to it.';
+
+-- Leader election.
+CREATE FUNCTION claim._coord_live_until(l claim.coord_leaders)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN l.ended IS NOT NULL THEN NULL
+                WHEN l.session_id IS NULL THEN l.until
+                ELSE (SELECT s.expires FROM claim.coord_sessions s
+                       WHERE s.session_id OPERATOR(pg_catalog.=) l.session_id) END
+$$;
+
+CREATE FUNCTION claim.leader(name text,
+                             OUT holder text, OUT epoch bigint, OUT since timestamptz, OUT until timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.holder, l.epoch, l.since, claim._coord_live_until(l)
+      FROM claim.coord_leaders l
+     WHERE l.name OPERATOR(pg_catalog.=) leader.name
+       AND claim._coord_live_until(l) OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+$$;
+
+CREATE FUNCTION claim.elect(name text, ttl interval DEFAULT NULL, session bigint DEFAULT NULL,
+                            holder text DEFAULT NULL, wait interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz;
+    s claim.coord_sessions;
+    l claim.coord_leaders;
+    who text := holder;
+    live timestamptz;
+    free_at timestamptz;
+    now timestamptz;
+    ep bigint;
+    ms bigint;
+    key bigint;
+BEGIN
+    PERFORM claim._coord_primary('claim.elect');
+    IF name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'claim.elect: name must not be NULL';
+    END IF;
+    IF pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'claim.elect: name is too long: the maximum is 1024 bytes';
+    END IF;
+    IF (ttl IS NULL) OPERATOR(pg_catalog.=) (session IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'claim.elect takes either a ttl or a session',
+            HINT = 'A leader lives for its ttl, or as long as its session.';
+    END IF;
+    IF ttl IS NOT NULL AND (ttl OPERATOR(pg_catalog.<=) '0'::interval OR ttl OPERATOR(pg_catalog.>) '1 day'::interval) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('ttl must be above 0 and at most 1 day, not %s', ttl);
+    END IF;
+    deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                pg_catalog.make_interval(secs => claim._coord_ms(wait, 'wait') OPERATOR(pg_catalog./) 1000.0);
+    key := claim._coord_key('leader', name);
+    LOOP
+        IF session IS NOT NULL THEN
+            s := claim._coord_session(session, 'claim.elect', false);
+            who := COALESCE(holder, s.holder);
+        END IF;
+        now := pg_catalog.clock_timestamp();
+        SELECT * INTO l FROM claim.coord_leaders c WHERE c.name OPERATOR(pg_catalog.=) elect.name;
+        IF l.name IS NULL THEN
+            ep := claim._coord_token();
+            INSERT INTO claim.coord_leaders AS c (name, holder, epoch, since, until, session_id)
+            VALUES (name, who, ep, now, now OPERATOR(pg_catalog.+) ttl, session)
+            ON CONFLICT DO NOTHING RETURNING c.epoch INTO ep;
+            IF FOUND THEN
+                PERFORM claim._coord_log('leader', name, 'elected', ep, who);
+                RETURN ep;
+            END IF;
+            CONTINUE;  -- another candidate inserted first: look again
+        END IF;
+        live := claim._coord_live_until(l);
+        IF live OPERATOR(pg_catalog.>) now THEN
+            -- Already the leader: a session's leadership stays; a ttl
+            -- leader of the same holder is renewed.
+            IF session IS NOT NULL AND l.session_id OPERATOR(pg_catalog.=) session THEN
+                RETURN l.epoch;
+            END IF;
+            IF session IS NULL AND l.session_id IS NULL AND who IS NOT NULL
+               AND l.holder OPERATOR(pg_catalog.=) who THEN
+                UPDATE claim.coord_leaders c SET until = now OPERATOR(pg_catalog.+) ttl
+                 WHERE c.name OPERATOR(pg_catalog.=) l.name AND c.epoch OPERATOR(pg_catalog.=) l.epoch
+                   AND c.ended IS NULL;
+                IF FOUND THEN RETURN l.epoch; END IF;
+                CONTINUE;
+            END IF;
+            free_at := live;
+        ELSIF l.ended IS NULL AND l.session_id IS NOT NULL
+              AND (SELECT s2.expires OPERATOR(pg_catalog.+) s2.lock_delay FROM claim.coord_sessions s2
+                    WHERE s2.session_id OPERATOR(pg_catalog.=) l.session_id) OPERATOR(pg_catalog.>) now THEN
+            -- lock_delay of a session that expired, the worker not having
+            -- ended it yet
+            SELECT s2.expires OPERATOR(pg_catalog.+) s2.lock_delay INTO free_at FROM claim.coord_sessions s2
+             WHERE s2.session_id OPERATOR(pg_catalog.=) l.session_id;
+        ELSIF l.blocked_until IS NOT NULL AND l.blocked_until OPERATOR(pg_catalog.>) now THEN
+            free_at := l.blocked_until;  -- lock_delay of a session that expired
+        ELSE
+            ep := claim._coord_token();
+            UPDATE claim.coord_leaders c
+               SET holder = who, epoch = ep, since = now, until = now OPERATOR(pg_catalog.+) ttl,
+                   session_id = session, ended = NULL, blocked_until = NULL
+             WHERE c.name OPERATOR(pg_catalog.=) l.name AND c.epoch OPERATOR(pg_catalog.=) l.epoch;
+            IF FOUND THEN
+                IF l.ended IS NULL THEN  -- its time ran out, nobody recorded it yet
+                    PERFORM claim._coord_log('leader', name, 'expired', l.epoch, l.holder);
+                END IF;
+                PERFORM claim._coord_log('leader', name, 'elected', ep, who);
+                RETURN ep;
+            END IF;
+            CONTINUE;  -- another candidate won it first: look again
+        END IF;
+        -- Wait until woken (a resignation, a session's end) or the leader's
+        -- time runs out, at most until the deadline.
+        ms := pg_catalog.ceil(pg_catalog.date_part('epoch',
+                  LEAST(deadline, free_at) OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                  OPERATOR(pg_catalog.*) 1000)::bigint;
+        IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline THEN
+            RETURN NULL;
+        END IF;
+        PERFORM claim._coord_wait(key, GREATEST(ms, 1));
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION claim.resign(name text, epoch bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    l claim.coord_leaders;
+BEGIN
+    PERFORM claim._coord_primary('claim.resign');
+    UPDATE claim.coord_leaders c SET ended = pg_catalog.clock_timestamp()
+     WHERE c.name OPERATOR(pg_catalog.=) resign.name AND c.epoch OPERATOR(pg_catalog.=) resign.epoch
+       AND c.ended IS NULL
+       AND claim._coord_live_until(c) OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+    RETURNING c.* INTO l;
+    IF l.name IS NULL THEN RETURN false; END IF;
+    PERFORM claim._coord_log('leader', name, 'resigned', epoch, l.holder);
+    PERFORM claim._coord_wake(claim._coord_key('leader', name));
+    RETURN true;
+END
+$$;
+
+-- Latches: latch(name, count) sets the count, count_down lowers it (the
+-- commit that reaches zero wakes every latch_wait), latch_wait waits for 0.
+CREATE FUNCTION claim.latch(name text, count integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM claim._coord_primary('claim.latch');
+    IF name IS NULL OR count IS NULL OR count OPERATOR(pg_catalog.<) 0
+       OR pg_catalog.octet_length(name) OPERATOR(pg_catalog.>) 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'claim.latch takes a name of at most 1024 bytes and a count of 0 or more';
+    END IF;
+    INSERT INTO claim.coord_latches AS c (name, count, created)
+    VALUES (name, count, pg_catalog.clock_timestamp())
+    ON CONFLICT ON CONSTRAINT coord_latches_pkey DO UPDATE SET count = EXCLUDED.count, created = EXCLUDED.created;
+    PERFORM claim._coord_log('latch', name, 'set', count::bigint, NULL);
+    IF count OPERATOR(pg_catalog.=) 0 THEN
+        PERFORM claim._coord_wake(claim._coord_key('latch', name));
+    END IF;
+END
+$$;
+
+CREATE FUNCTION claim.count_down(name text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    left_ integer;
+BEGIN
+    PERFORM claim._coord_primary('claim.count_down');
+    UPDATE claim.coord_latches c SET count = GREATEST(c.count OPERATOR(pg_catalog.-) 1, 0)
+     WHERE c.name OPERATOR(pg_catalog.=) count_down.name
+    RETURNING c.count INTO left_;
+    IF left_ IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = pg_catalog.format('latch "%s" does not exist', name),
+            HINT = 'Create it with claim.latch(name, count).';
+    END IF;
+    PERFORM claim._coord_log('latch', name, 'count_down', left_::bigint, NULL);
+    IF left_ OPERATOR(pg_catalog.=) 0 THEN
+        PERFORM claim._coord_wake(claim._coord_key('latch', name));
+    END IF;
+    RETURN left_;
+END
+$$;
+
+CREATE FUNCTION claim.latch_wait(name text, wait interval DEFAULT '0')
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz;
+    n integer;
+    ms bigint;
+    key bigint := claim._coord_key('latch', name);
+BEGIN
+    ms := claim._coord_ms(wait, 'wait');
+    deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                pg_catalog.make_interval(secs => ms OPERATOR(pg_catalog./) 1000.0);
+    LOOP
+        SELECT c.count INTO n FROM claim.coord_latches c WHERE c.name OPERATOR(pg_catalog.=) latch_wait.name;
+        IF n IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = pg_catalog.format('latch "%s" does not exist', name),
+                HINT = 'Create it with claim.latch(name, count).';
+        END IF;
+        IF n OPERATOR(pg_catalog.=) 0 THEN RETURN true; END IF;
+        ms := pg_catalog.ceil(pg_catalog.date_part('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                              OPERATOR(pg_catalog.*) 1000)::bigint;
+        IF ms OPERATOR(pg_catalog.<=) 0 THEN RETURN false; END IF;
+        -- A standby is not woken by replay: look again every second there.
+        IF pg_catalog.pg_is_in_recovery() THEN ms := LEAST(ms, 1000); END IF;
+        PERFORM claim._coord_wait(key, ms);
+    END LOOP;
+END
+$$;
+
+-- The watch: the changes after a revision whose name starts with prefix.
+CREATE FUNCTION claim.revision()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT GREATEST((SELECT pg_catalog.max(c.revision) FROM claim.coord_changes c), claim._coord_compacted()) $$;
+
+CREATE FUNCTION claim.watch(prefix text, after_revision bigint DEFAULT 0, wait interval DEFAULT '0')
+RETURNS TABLE (revision bigint, kind text, name text, event text, token bigint, holder text,
+               at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deadline timestamptz;
+    ms bigint;
+    gone bigint;
+    key bigint := claim._coord_key('watch', '');
+    p text := COALESCE(prefix, '');
+BEGIN
+    IF after_revision IS NULL OR after_revision OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'after_revision must be 0 or more';
+    END IF;
+    ms := claim._coord_ms(wait, 'wait');
+    deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+                pg_catalog.make_interval(secs => ms OPERATOR(pg_catalog./) 1000.0);
+    LOOP
+        gone := claim._coord_compacted();
+        IF after_revision OPERATOR(pg_catalog.>) 0 AND after_revision OPERATOR(pg_catalog.<) gone THEN
+            RAISE EXCEPTION USING ERRCODE = 'PC004',
+                MESSAGE = pg_catalog.format('revision %s has been compacted', after_revision),
+                DETAIL = pg_catalog.format('The watch log starts after revision %s (pg_claim.watch_retention).', gone),
+                HINT = 'Read the current state again (claim.leader, claim.sessions, ...), then watch from claim.revision().';
+        END IF;
+        RETURN QUERY
+            SELECT c.revision, c.kind, c.name::text, c.event, c.token, c.holder::text, c.at
+              FROM claim.coord_changes c
+             WHERE c.revision OPERATOR(pg_catalog.>) after_revision
+               AND pg_catalog.left(c.name, pg_catalog.length(p)) OPERATOR(pg_catalog.=) p
+             ORDER BY c.revision;
+        IF FOUND THEN RETURN; END IF;
+        ms := pg_catalog.ceil(pg_catalog.date_part('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                              OPERATOR(pg_catalog.*) 1000)::bigint;
+        IF ms OPERATOR(pg_catalog.<=) 0 THEN RETURN; END IF;
+        IF pg_catalog.pg_is_in_recovery() THEN ms := LEAST(ms, 1000); END IF;
+        PERFORM claim._coord_wait(key, ms);
+    END LOOP;
+END
+$$;
+
+-- The worker's round (src/worker/coordination.cpp): end expired sessions,
+-- record the end of leaders whose ttl ran out, trim the watch log to
+-- pg_claim.watch_retention. Returns when to look again (NULL: nothing due).
+CREATE FUNCTION claim._coord_maintain()
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    l claim.coord_leaders;
+    keep interval := COALESCE(pg_catalog.current_setting('pg_claim.watch_retention', true), '1h')::interval;
+    cut bigint;
+    now timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    -- Anything to do? Then take the log's lock, unless a transaction that
+    -- is writing a change holds it: the worker never waits for one.
+    IF EXISTS (SELECT FROM claim.coord_sessions s WHERE s.expires OPERATOR(pg_catalog.<=) now)
+       OR EXISTS (SELECT FROM claim.coord_leaders c WHERE c.ended IS NULL AND c.session_id IS NULL
+                     AND c.until OPERATOR(pg_catalog.<=) now)
+       OR EXISTS (SELECT FROM claim.coord_changes c WHERE c.at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) keep)) THEN
+        BEGIN
+            LOCK TABLE claim.coord_changes IN SHARE ROW EXCLUSIVE MODE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN now OPERATOR(pg_catalog.+) '100 milliseconds'::interval;
+        END;
+    ELSE
+        RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
+                     (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
+                       WHERE c.ended IS NULL AND c.session_id IS NULL));
+    END IF;
+    FOR r IN SELECT * FROM claim.coord_sessions s WHERE s.expires OPERATOR(pg_catalog.<=) now
+              ORDER BY s.expires LIMIT 1000 FOR UPDATE SKIP LOCKED LOOP
+        PERFORM claim._coord_end_session(r, true);
+    END LOOP;
+    FOR l IN UPDATE claim.coord_leaders c SET ended = c.until
+              WHERE c.ended IS NULL AND c.session_id IS NULL AND c.until OPERATOR(pg_catalog.<=) now
+             RETURNING c.* LOOP
+        PERFORM claim._coord_log('leader', l.name, 'expired', l.epoch, l.holder);
+    END LOOP;
+    SELECT pg_catalog.max(c.revision) INTO cut FROM claim.coord_changes c
+     WHERE c.at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) keep);
+    IF cut IS NOT NULL THEN
+        DELETE FROM claim.coord_changes c WHERE c.revision OPERATOR(pg_catalog.<=) cut;
+        IF cut OPERATOR(pg_catalog.>) claim._coord_compacted() THEN
+            PERFORM pg_catalog.setval('claim.coord_compacted_seq', cut);
+        END IF;
+    END IF;
+    RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
+                 (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
+                   WHERE c.ended IS NULL AND c.session_id IS NULL));
+END
+$$;
+
+-- Rights. Workers and admins use the service; what they may write in its
+-- tables with plain SQL is the boundary, as for leases (docs/roles.md).
+-- Sessions are their owner's: another role (not claim_admin) gets 42501.
+REVOKE EXECUTE ON FUNCTION
+    claim._coord_token(), claim._coord_wait(bigint, bigint), claim._coord_wake(bigint),
+    claim._coord_key(text, text), claim._coord_log(text, text, text, bigint, text),
+    claim._coord_primary(text), claim._coord_ms(interval, text),
+    claim._coord_session(bigint, text, boolean),
+    claim.session_open(interval, text, interval), claim.session_keepalive(bigint),
+    claim._coord_end_session(claim.coord_sessions, boolean), claim.session_close(bigint),
+    claim._coord_live_until(claim.coord_leaders), claim.leader(text),
+    claim.elect(text, interval, bigint, text, interval), claim.resign(text, bigint),
+    claim.latch(text, integer), claim.count_down(text), claim.latch_wait(text, interval),
+    claim.revision(), claim.watch(text, bigint, interval), claim._coord_maintain(),
+    claim._coord_compacted()
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    claim._coord_token(), claim._coord_wait(bigint, bigint), claim._coord_wake(bigint),
+    claim._coord_key(text, text), claim._coord_log(text, text, text, bigint, text),
+    claim._coord_primary(text), claim._coord_ms(interval, text),
+    claim._coord_session(bigint, text, boolean),
+    claim.session_open(interval, text, interval), claim.session_keepalive(bigint),
+    claim._coord_end_session(claim.coord_sessions, boolean), claim.session_close(bigint),
+    claim._coord_live_until(claim.coord_leaders), claim.leader(text),
+    claim.elect(text, interval, bigint, text, interval), claim.resign(text, bigint),
+    claim.latch(text, integer), claim.count_down(text), claim.latch_wait(text, interval),
+    claim.revision(), claim.watch(text, bigint, interval), claim._coord_compacted()
+  TO claim_worker, claim_admin;
+GRANT EXECUTE ON FUNCTION claim._coord_maintain() TO claim_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_sessions, claim.coord_leaders,
+                                        claim.coord_latches, claim.coord_changes TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_sessions, claim.coord_leaders,
+                                                  claim.coord_latches, claim.coord_changes TO claim_admin;
+GRANT USAGE, SELECT ON SEQUENCE claim.coord_revision_seq, claim.coord_compacted_seq TO claim_worker;
+GRANT USAGE, SELECT, UPDATE ON SEQUENCE claim.coord_revision_seq, claim.coord_compacted_seq TO claim_admin;
+GRANT SELECT ON claim.sessions TO claim_worker, claim_admin;
+
+-- pg_dump keeps leaders' epochs, latches and the watch log; live sessions are
+-- not kept (a restored database starts with none: their holders open new ones).
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_leaders', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_latches', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_changes', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_revision_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('claim.coord_compacted_seq', '');
+
+-- Barriers (src/api/barriers.cpp): arrivals live in shared memory, not in a
+-- table, since the other parties must see an arrival before its transaction
+-- ends; the last arrival opens the barrier at once. Nothing is written: a
+-- barrier also works on a hot standby (among the sessions of that server).
+CREATE FUNCTION claim.barrier(name text, parties integer, wait interval)
+RETURNS integer
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_barrier';
+REVOKE EXECUTE ON FUNCTION claim.barrier(text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.barrier(text, integer, interval) TO claim_worker, claim_admin;
+
+-- Leases attached to a session: claim.session_lease(session, name, ...)
+-- grants a lease (claim.lease_acquire) until the session's expiry +
+-- lock_delay and attaches it to the session: renewed by its keepalives,
+-- released when it is closed, left to run out lock_delay after an expiry.
+CREATE FUNCTION claim._coord_attach_lease(session bigint, name text, token bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    -- Under the session's lock: a close or the worker's end of the session
+    -- waits for this transaction, and sees the lease.
+    r := claim._coord_session(session, 'claim.session_lease', true);
+    UPDATE claim.lease_holders h SET expires_at = r.expires OPERATOR(pg_catalog.+) r.lock_delay
+     WHERE h.name OPERATOR(pg_catalog.=) _coord_attach_lease.name
+       AND h.token OPERATOR(pg_catalog.=) _coord_attach_lease.token;
+    INSERT INTO claim.coord_attached (session_id, token, kind, name) VALUES (session, token, 'lease', name);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_attach_lease(bigint, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_attach_lease(bigint, text, bigint) TO claim_worker, claim_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_attached TO claim_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_attached TO claim_admin;
+
+CREATE FUNCTION claim.session_lease(session bigint, name text, holder text DEFAULT NULL,
+                                    permits integer DEFAULT 1, wait interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    tok bigint;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_lease');
+    r := claim._coord_session(session, 'claim.session_lease', false);
+    tok := claim.lease_acquire(name,
+                               r.expires OPERATOR(pg_catalog.+) r.lock_delay OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                               COALESCE(holder, r.holder), permits, wait);
+    IF tok IS NULL THEN RETURN NULL; END IF;
+    -- The session may have ended during a wait: checked again under its lock.
+    PERFORM claim._coord_attach_lease(session, name, tok);
+    RETURN tok;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) TO claim_worker, claim_admin;
+
+-- Claims attached to a session: claim.session_claim(session, queue, ...)
+-- claims like claim.claim_next, with the session's time left as the lease;
+-- the claims run out with the session (no lock_delay: their items become
+-- claimable as on lease expiry), every keepalive renews them, and
+-- session_close gives them back (claim.release).
+-- Attach claims just made to the session (checked again under its lock:
+-- it may have ended during a wait); returns them with the session's expiry
+-- as their lease_until.
+CREATE FUNCTION claim._coord_attach_claims(session bigint, queue text, got claim.item[])
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+    it claim.item;
+BEGIN
+    IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) 0 THEN RETURN; END IF;
+    r := claim._coord_session(session, 'claim.session_claim', true);
+    -- (group_claim hands out one token for all the items of a group)
+    INSERT INTO claim.coord_attached (session_id, token, kind, name)
+    SELECT DISTINCT _coord_attach_claims.session, g.token, 'claim', _coord_attach_claims.queue
+      FROM pg_catalog.unnest(got) g;
+    UPDATE claim.claims c SET lease_until = r.expires
+     WHERE c.token OPERATOR(pg_catalog.=) ANY (SELECT g.token FROM pg_catalog.unnest(got) g);
+    FOREACH it IN ARRAY got LOOP
+        it.lease_until := r.expires;
+        RETURN NEXT it;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION claim.session_claim(session bigint, queue text, n integer DEFAULT 1,
+                                    wait interval DEFAULT '0', worker text DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_claim');
+    r := claim._coord_session(session, 'claim.session_claim', false);
+    RETURN QUERY SELECT * FROM claim._coord_attach_claims(session, queue, ARRAY(
+        SELECT c FROM claim.claim_next(session_claim.queue, session_claim.n,
+                                       r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                       session_claim.wait, COALESCE(session_claim.worker, r.holder)) c));
+END
+$$;
+
+CREATE FUNCTION claim.session_group_claim(session bigint, queue text, max_items integer DEFAULT 1000,
+                                          wait interval DEFAULT '0', worker text DEFAULT NULL,
+                                          group_key text DEFAULT NULL)
+RETURNS SETOF claim.item
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r claim.coord_sessions;
+BEGIN
+    PERFORM claim._coord_primary('claim.session_group_claim');
+    r := claim._coord_session(session, 'claim.session_group_claim', false);
+    RETURN QUERY SELECT * FROM claim._coord_attach_claims(session, queue, ARRAY(
+        SELECT c FROM claim.group_claim(session_group_claim.queue, session_group_claim.max_items,
+                                        r.expires OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                        session_group_claim.wait,
+                                        COALESCE(session_group_claim.worker, r.holder),
+                                        session_group_claim.group_key) c));
+END
+$$;
+REVOKE EXECUTE ON FUNCTION claim._coord_attach_claims(bigint, text, claim.item[]),
+                           claim.session_group_claim(bigint, text, integer, interval, text, text)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim._coord_attach_claims(bigint, text, claim.item[]),
+                          claim.session_group_claim(bigint, text, integer, interval, text, text)
+  TO claim_worker, claim_admin;
+REVOKE EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) TO claim_worker, claim_admin;

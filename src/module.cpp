@@ -23,6 +23,10 @@ namespace {
 
 using namespace pgclaim::shmem;
 
+// Read by SQL (claim._coord_maintain, docs/coordination.md): the setting's
+// value is all that matters.
+int guc_watch_retention_s = 3600;
+
 void define_gucs() {
     DefineCustomBoolVariable(
         "pg_claim.worker_enabled", "Runs the pg_claim background workers.",
@@ -44,6 +48,13 @@ void define_gucs() {
         "Checked once a minute, 10000 rows at a time; -1 keeps them (claim.lease_purge() "
         "deletes them on demand).",
         &guc_lease_purge_after_s, 3600, -1, 366 * 24 * 3600, PGC_SIGHUP, GUC_UNIT_S, nullptr,
+        nullptr, nullptr);
+    DefineCustomIntVariable(
+        "pg_claim.watch_retention",
+        "Changes of the coordination service older than this leave the watch log.",
+        "The worker deletes them; claim.watch() from a revision that was deleted raises PC004 "
+        "(docs/coordination.md).",
+        &guc_watch_retention_s, 3600, 1, 366 * 24 * 3600, PGC_SUSET, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
     DefineCustomBoolVariable(
         "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",

@@ -28,6 +28,8 @@ namespace pgclaim {
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders
+// PC003: a partition the front (pg_claim_proxy) cannot reach (raised there).
+inline constexpr const char *kCompacted = "PC004";         // watch revision no longer retained (raised by SQL)
 inline constexpr const char *kEventTimedOut = "PC010";     // await_event's wait ended (raised in SQL)
 inline constexpr const char *kChildEnded = "PC011";        // a child of a durable run ended dead/cancelled
 inline constexpr const char *kUndefinedQueue = "42704";    // undefined_object

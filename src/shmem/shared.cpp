@@ -4,6 +4,7 @@
 #include "shmem/shared.hpp"
 
 #include "shmem/metrics.hpp"
+#include "shmem/barriers.hpp"
 #include "shmem/claim_slots.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/rates.hpp"
@@ -57,6 +58,7 @@ void shmem_request() {
     claim_slots_shmem_request();
     RequestAddinShmemSpace(fair_shmem_size());
     fair_shmem_request();
+    RequestAddinShmemSpace(barriers_shmem_size());
 }
 
 void shmem_startup() {
@@ -89,6 +91,7 @@ void shmem_startup() {
     pg::xact_locks_shmem_init();
     drops_shmem_init();
     fair_shmem_init();
+    barriers_shmem_init();
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -307,6 +307,16 @@ void wake_all_waiters() {
     LWLockRelease(shared->lock);
 }
 
+void wake_now(WaitKind kind, int64 key) {
+    if (shared == nullptr || !OidIsValid(MyDatabaseId)) return;
+    stamp_bucket(bucket_of(MyDatabaseId, (int)kind, key), GetCurrentTimestamp());
+    pg_memory_barrier();
+    if (pg_atomic_read_u32(&shared->nwaiters) == 0) return;
+    LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+    (void)wake_locked(MyDatabaseId, (int)kind, key, PG_INT32_MAX, true);
+    LWLockRelease(shared->lock);
+}
+
 bool queue_quiet_since(int32 queue_id, TimestampTz since) {
     if (shared == nullptr || !OidIsValid(MyDatabaseId)) return false;
     uint32 b = bucket_of(MyDatabaseId, (int)WaitKind::Queue, queue_id);

@@ -20,8 +20,9 @@
 namespace pgclaim::shmem {
 
 // What a waiter waits for: items of a queue, a slot of a named lease, or
-// items of a queue that finish (claim.item_state with wait).
-enum class WaitKind : int { Queue = 1, Lease = 2, Finished = 3 };
+// items of a queue that finish (claim.item_state with wait), or a change of
+// the coordination service (api/coordination.cpp).
+enum class WaitKind : int { Queue = 1, Lease = 2, Finished = 3, Coord = 4 };
 
 // Sleep until woken for (kind, key) or `timeout_ms` passes, whichever comes
 // first; may return early (callers re-check and call again). Handles
@@ -54,6 +55,10 @@ void notify_finished(int64 queue_id);
 // (the end of the transaction does it too, after an error).
 void finished_wait_begin();
 void finished_wait_end();
+
+// Wake every waiter of (kind, key) now, not at commit (a change that is not
+// transactional: a barrier opening). No raise.
+void wake_now(WaitKind kind, int64 key);
 
 // Wake every waiter of this database (the commit of a prepared transaction:
 // what it made ready is unknown). Waiters between their scan and their

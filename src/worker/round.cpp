@@ -4,6 +4,8 @@
 // and send one coalesced NOTIFY per queue that producers made ready.
 #include "worker/round.hpp"
 
+#include "worker/coordination.hpp"
+
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
@@ -274,6 +276,13 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         notify_ready(WaitKind::Queue, ready->q[i].queue_id, ready->q[i].count);
 
     pg::worker_txn_commit();
+    // Sessions that expired end, the watch log is trimmed: in a transaction
+    // of their own, so that a failure there never undoes the duties above.
+    if (duties) {
+        pg::worker_txn_begin("pg_claim worker: sessions");
+        if (pg::lock_extension()) coordination_duties(next);
+        pg::worker_txn_commit();
+    }
     if (duties) {
         slot->last_expiry = *last_expiry;  // the next worker of this database goes on from here
         slot->cycles++;

@@ -20,7 +20,11 @@ INSERT INTO volatile VALUES
     -- belong to the server that wrote them: the restored claim.token_seq is
     -- the floor, and the target raises its own ceiling from there.
     ('claim.token_ceiling', 'token ceiling of the dumped server'),
-    ('claim.token_timeline', 'timeline of the dumped server');
+    ('claim.token_timeline', 'timeline of the dumped server'),
+    -- Live sessions of the coordination service (docs/coordination.md):
+    -- their holders open new ones after a restore.
+    ('claim.coord_sessions', 'live sessions'),
+    ('claim.coord_attached', 'leases attached to live sessions');
 
 CREATE TEMP VIEW members AS
 SELECT c.oid, c.oid::regclass::text AS rel, c.relkind, c.relpersistence,
