@@ -42,8 +42,25 @@ if changelog.is_file():
     if upstream != version:
         errors.append(f"debian/changelog's version is {m and m.group(1)!r}, the control file says {version!r}")
 
+
+# The README's quick start is tested as written: test/sql/quickstart.sql
+# holds the SQL block after the README's "<!-- quickstart" marker (README.md,
+# or docs/README-draft.md while the README is being rewritten).
+quick = (root / "test" / "sql" / "quickstart.sql")
+blocks = []
+for doc in ("README.md", "docs/README-draft.md"):
+    p = root / doc
+    if p.is_file() and "<!-- quickstart" in p.read_text():
+        t = p.read_text()
+        start = t.index("```sql\n", t.index("<!-- quickstart")) + len("```sql\n")
+        blocks.append((doc, t[start:t.index("```\n", start)]))
+if not blocks:
+    errors.append("no README holds a <!-- quickstart --> block")
+for doc, block in blocks:
+    if not quick.is_file() or block not in quick.read_text():
+        errors.append(f"test/sql/quickstart.sql does not hold the quick start of {doc} as written")
 for e in errors:
     print("version-check:", e, file=sys.stderr)
 if errors:
     sys.exit(1)
-print(f"version-check: {version} (pg_claim_proxy {proxy}) in pg_claim.control, META.json, debian/changelog")
+print(f"version-check: {version} (pg_claim_proxy {proxy}) in pg_claim.control, META.json, debian/changelog; the quick start of {', '.join(d for d, _ in blocks)}")
