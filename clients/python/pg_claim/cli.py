@@ -158,7 +158,15 @@ def cmd_enqueue(args: argparse.Namespace, client: Client) -> int:
         print(item)
         return 0
     state = client.item_state(args.queue, item, wait=float(args.wait))
-    if state is None or state.state not in ("completed", "dead", "cancelled"):
+    if state is None or state.state is None:
+        # Finished (completed or cancelled) in a queue that keeps no history:
+        # the item, its state and its result are gone.
+        print(json.dumps({"id": item, "state": None, "retained": False}))
+        print(f"pg_claim: item {item} finished, but queue {args.queue} does not retain finished "
+              f"items, so its state and result are gone; claim.alter_queue({args.queue!r}, "
+              f"retain => '1 day') keeps them", file=sys.stderr)
+        return 0
+    if state.state not in ("completed", "dead", "cancelled"):
         print(json.dumps({"id": item, "state": state.state if state else None}))
         return 0
     print(json.dumps({"id": item, "state": state.state, "attempt": state.attempt,

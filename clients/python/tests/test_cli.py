@@ -167,6 +167,28 @@ def test_work_burst_returns_when_drained(dsn: str, conn: "psycopg.Connection[Any
                   (queue,)) == 0
 
 
+def test_enqueue_wait_in_a_queue_without_retain(dsn: str, conn: "psycopg.Connection[Any]",
+                                                queue: str) -> None:
+    # The job finishes while enqueue --wait waits; the queue keeps no history,
+    # so the state is gone: the command says so instead of a bare null.
+    import threading
+
+    def finish() -> None:
+        with connect(dsn) as c:
+            row = c.execute("SELECT token FROM claim.claim_next(%s, wait => '10 s')",
+                            (queue,)).fetchone()
+            c.execute("SELECT claim.complete(%s)", (row[0],))
+
+    t = threading.Thread(target=finish)
+    t.start()
+    r = cli(dsn, "enqueue", queue, "{}", "--wait", "10")
+    t.join()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] is None and out["retained"] is False
+    assert "does not retain finished items" in r.stderr and "retain =>" in r.stderr
+
+
 def test_connection_target_is_printed() -> None:
     # A failed connection names where it tried and where the string came
     # from; never the password.
