@@ -116,6 +116,7 @@ void _PG_init(void) {
     if (!process_shared_preload_libraries_in_progress) return;
     if (IsBinaryUpgrade) return;  // pg_upgrade: no worker, no hooks
     install_shmem_hooks();
+    pgclaim::pg::xact_locks_register();
     pgclaim::worker::install_database_hook();
     pgclaim::worker::register_launcher();
 }

@@ -7,16 +7,19 @@
 #   bash test/clients.sh
 #
 #   1. installs the missing Debian packages (python3-psycopg, python3-pytest,
-#      pgbouncer; nodejs and npm when clients/node exists);
+#      pgbouncer; nodejs and npm when clients/node exists; golang-go and
+#      golang-github-jackc-pgx-v4-dev when clients/go exists);
 #   2. starts a throwaway cluster as the unprivileged user "pgclaim" on a free
 #      port, with shared_preload_libraries = 'pg_claim' and the extension
 #      created in database "clients";
 #   3. starts PgBouncer (pool_mode = transaction) in front of it, with its own
 #      configuration in the scratch directory;
 #   4. runs the Python suite (clients/python/tests, pytest) directly and through
-#      PgBouncer, and `npm test` in clients/node (when clients/node/package.json
-#      exists) the same two ways. Each suite reads the server's URI from
-#      PG_CLAIM_DSN. The Node client's dependencies come from `npm ci`;
+#      PgBouncer, `npm test` in clients/node (when clients/node/package.json
+#      exists) and the Go suite of clients/go (when it exists: `go vet`, and
+#      one test binary built with `go test -c` in GOPATH mode on Debian's
+#      packages, run twice) the same two ways. Each suite reads the server's
+#      URI from PG_CLAIM_DSN. The Node client's dependencies come from `npm ci`;
 #      when npm cannot reach its registry (or a proxy's certificate is not
 #      trusted), the suite runs on a copy of clients/node without node_modules
 #      against Debian's node-pg (NODE_PATH, PGCLAIM_NODE_DEPS=debian), and the
@@ -33,14 +36,15 @@
 #      python3-build (--no-isolation, nothing fetched), each installed offline
 #      into a fresh virtualenv; the Node client's `npm pack` tarball installed
 #      in a fresh directory.
-# Prints a summary; the last line is "clients: N passed, N failed" (pytest tests
-# and node test cases; a suite that cannot run counts as one failure). Exits
+# Prints a summary; the last line is "clients: N passed, N failed" (pytest tests,
+# node test cases and top-level Go tests; a suite that cannot run counts as one
+# failure). Exits
 # non-zero on any failure. The servers are stopped and the scratch directory
 # removed on exit, whatever happens.
 #
 # Environment: PGCLAIM_USER (default pgclaim), CLIENTS_PYTEST_K (a pytest -k
-# expression, e.g. "heartbeat or sigterm"), CLIENTS_ONLY=python or node (run one
-# client's suites), CLIENTS_KEEP=1 keeps the scratch directory (logs) after the
+# expression, e.g. "heartbeat or sigterm"), CLIENTS_ONLY=python, node or go (run
+# one client's suites), CLIENTS_GO_RUN (a `go test -run` expression), CLIENTS_KEEP=1 keeps the scratch directory (logs) after the
 # run.
 set -uo pipefail
 
@@ -71,6 +75,11 @@ need_packages python3 python3-psycopg python3-pytest python3-pytest-timeout pyth
 if [[ -f "$ROOT/clients/node/package.json" ]]; then
     command -v node >/dev/null 2>&1 || need_packages nodejs || exit 1
     command -v npm >/dev/null 2>&1 || need_packages npm || exit 1
+fi
+# Go: Debian 12 packages pgx v4 (not v5); the suite builds in GOPATH mode
+# against /usr/share/gocode, nothing fetched.
+if [[ -f "$ROOT/clients/go/go.mod" ]]; then
+    need_packages golang-go golang-github-jackc-pgx-v4-dev || exit 1
 fi
 need_extension || exit 1
 # Debian starts a pgbouncer service on install; this script runs its own.
@@ -204,7 +213,7 @@ run_node() {   # $1 label, $2 dsn
 }
 
 # The package installs with pip from the folder, offline, next to Debian's psycopg.
-if [[ "${CLIENTS_ONLY:-}" != node ]]; then
+if [[ -z "${CLIENTS_ONLY:-}" || "${CLIENTS_ONLY:-}" == python ]]; then
 say "pip install clients/python (virtualenv with system site-packages, --no-index)"
 cp -r "$ROOT/clients/python" "$SCRATCH/pysrc"
 rm -rf "$SCRATCH/pysrc/build" "$SCRATCH"/pysrc/*.egg-info
@@ -269,7 +278,7 @@ both_ways() {
 }
 
 ONLY="${CLIENTS_ONLY:-}"
-if [[ "$ONLY" == node ]]; then
+if [[ -n "$ONLY" && "$ONLY" != python ]]; then
     :
 elif [[ -d "$ROOT/clients/python/tests" ]]; then
     both_ways run_python "the Python suite"
@@ -278,7 +287,7 @@ else
     SUMMARY+=("python: clients/python/tests missing")
 fi
 
-if [[ "$ONLY" != python && -f "$ROOT/clients/node/package.json" ]]; then
+if [[ ( -z "$ONLY" || "$ONLY" == node ) && -f "$ROOT/clients/node/package.json" ]]; then
     say "npm install in clients/node"
     NODE_DEPS=""
     if (cd "$ROOT/clients/node" &&
@@ -334,6 +343,73 @@ c.stats().then(() => c.close()).then(() => console.log('packed app: ok'), (e) =>
     else
         FAILED=$((FAILED + 1))
         SUMMARY+=("node: npm install failed, and Debian's node-pg could not be installed")
+    fi
+fi
+
+# The Go client: go vet, one test binary (GOPATH mode: Debian's pgx under
+# /usr/share/gocode, the client linked in as import path "pgclaim", as its
+# README says), run directly and through PgBouncer; then the README's build
+# of an app of one's own that imports it.
+GOP="$SCRATCH/gopath"
+GO_ENV=(GO111MODULE=off GOFLAGS= GOPATH="$GOP:/usr/share/gocode")
+run_go() {   # $1 label, $2 dsn
+    local label="$1" dsn="$2" log="$SCRATCH/go-$1.log" rc p f s
+    say "Go suite, $label"
+    local select=()
+    if [[ -n "${CLIENTS_GO_RUN:-}" ]]; then select=(-test.run "$CLIENTS_GO_RUN"); fi
+    (cd "$ROOT/clients/go" && PG_CLAIM_DSN="$dsn" timeout 300 "$SCRATCH/pgclaim.test" \
+        -test.v -test.count=1 -test.timeout=240s "${select[@]}") >"$log" 2>&1
+    rc=$?
+    grep -E '^(--- |FAIL|ok|PASS|panic)' "$log" | grep -v '^--- PASS' || true
+    p=$(grep -c '^--- PASS' "$log"); f=$(grep -c '^--- FAIL' "$log"); s=$(grep -c '^--- SKIP' "$log")
+    if (( rc != 0 && f == 0 )); then f=1; tail -n 30 "$log"; fi
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+    SUMMARY+=("go ($label): $p passed, $f failed, $s skipped")
+}
+if [[ ( -z "$ONLY" || "$ONLY" == go ) && -f "$ROOT/clients/go/go.mod" ]]; then
+    mkdir -p "$GOP/src/goapp"
+    ln -sfn "$ROOT/clients/go" "$GOP/src/pgclaim"
+    say "go vet and go test -c in clients/go ($(go version | awk '{print $3}'), GOPATH mode)"
+    if (cd "$GOP/src/pgclaim" && env "${GO_ENV[@]}" go vet . &&
+        env "${GO_ENV[@]}" go test -c -o "$SCRATCH/pgclaim.test" .); then
+        PASSED=$((PASSED + 1)); SUMMARY+=("go: go vet and build: ok")
+        both_ways run_go "the Go suite"
+    else
+        FAILED=$((FAILED + 1)); SUMMARY+=("go: go vet or build FAILED")
+    fi
+    cat >"$GOP/src/goapp/main.go" <<'GOEOF'
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"pgclaim"
+)
+
+func main() {
+	ctx := context.Background()
+	c, err := pgclaim.Connect(ctx, "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Once(ctx, fmt.Sprintf("goapp:%d", time.Now().UnixNano()), time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("app: ok")
+}
+GOEOF
+    if grep -q 'GO111MODULE=off GOPATH=$HOME/go:/usr/share/gocode go build' "$ROOT/clients/go/README.md" &&
+       (cd "$GOP/src/goapp" && env "${GO_ENV[@]}" go build -o "$SCRATCH/goapp" . &&
+        PG_CLAIM_DSN="$DIRECT" timeout 60 "$SCRATCH/goapp" | grep -q 'app: ok'); then
+        PASSED=$((PASSED + 1)); SUMMARY+=("go: an app of one's own built in GOPATH mode: ok")
+    else
+        FAILED=$((FAILED + 1)); SUMMARY+=("go: an app of one's own built in GOPATH mode: FAILED")
     fi
 fi
 

@@ -12,7 +12,7 @@
 #      isolation  pg_isolation_regress over test/isolation/specs/*.spec
 #      tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster)
 #      unit       CMake build + GoogleTest via ctest
-#      clients    test/clients.sh: the Python and Node clients, also through PgBouncer
+#      clients    test/clients.sh: the Python, Node and Go clients, also through PgBouncer
 #      drivers    test/drivers.sh: the worker of docs/drivers.md in seven drivers
 #      ops        test/exporter_test.sh, test/dashboard_test.sh
 #      hardening  test/soak.sh, test/sqlsmith.sh, test/memory_flat.sh

@@ -71,6 +71,20 @@ if ((${#missing[@]})); then
 else
     say "packages: all present"
 fi
+# Optional: what a test uses where Debian has it (TAP 015 runs pg_repack
+# under load, and skips that part without it).
+OPTIONAL=("postgresql-$PG_MAJOR-repack")
+for p in "${OPTIONAL[@]}"; do
+    if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+        if apt-cache show "$p" >/dev/null 2>&1; then
+            say "installing (optional): $p"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$p" </dev/null ||
+                say "could not install $p: the tests that use it skip that part"
+        else
+            say "not in the package lists: $p (the tests that use it skip that part)"
+        fi
+    fi
+done
 
 # --- 2. build and install -----------------------------------------------------
 if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 && $INSTALL_MODE == deb ]]; then

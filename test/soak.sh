@@ -70,6 +70,12 @@ INSERT INTO soak_counter VALUES ('fence:a', 0), ('fence:b', 0);
 CREATE TABLE soak_fence (name text NOT NULL, value bigint NOT NULL, token bigint NOT NULL,
                          holder text, PRIMARY KEY (name, value));
 CREATE TABLE soak_once_effects (id bigserial PRIMARY KEY, key text NOT NULL, who text);
+-- durable runs (docs/steps.md): three steps each, every step's effect written
+-- with its checkpoint; no unique key, so a step that ran twice is counted
+SELECT claim.create_queue('soak_durable', lease => '2 seconds', max_attempts => 1000000, backoff => '0');
+CREATE TABLE soak_runs (item_id bigint PRIMARY KEY);
+CREATE TABLE soak_step_effects (item_id bigint NOT NULL, step int NOT NULL, token bigint NOT NULL);
+CREATE TABLE soak_runs_done (item_id bigint NOT NULL);
 SQL
 pass "fixture: queues, trigger, bookkeeping tables"
 

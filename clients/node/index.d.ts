@@ -300,3 +300,43 @@ export declare class PartitionedClient {
   fail(token: number | string | bigint, error?: string | null, retryIn?: string | null): Promise<number>;
   release(token: number | string | bigint): Promise<number>;
 }
+
+/** Thrown inside a durable function when its run is parked; let it through. */
+export declare class Suspended extends Error {}
+
+/** What a durable function gets (docs/steps.md): the run's item and the durable calls. */
+export interface DurableContext<P = any> {
+  readonly client: ClientBase;
+  readonly queue: string;
+  readonly id: string;
+  readonly token: string;
+  readonly payload: P;
+  readonly attempt: number;
+  /** An idempotency key for step `name` of this run, the same on every delivery. */
+  key(name: string): string;
+  /** The recorded output of step `name`, else runs fn() (at least once) and records it. */
+  step<T extends Json | void>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /** The same, fn(client) inside the transaction that records the step (exactly once). */
+  transaction<T extends Json | void>(name: string, fn: (client: ClientBase) => T | Promise<T>): Promise<T>;
+  /** Parks the run: milliseconds, an interval string, or until a Date. */
+  sleep(duration: Duration | Date, name?: string): Promise<void>;
+  awaitEvent<T extends Json = Json>(event: string, timeout?: Duration): Promise<T>;
+  awaitChildren<T extends Json = Json>(children: Array<string | number | bigint>): Promise<T[]>;
+}
+/** The name index.js exports the context class under. */
+export declare const DurableContext: unknown;
+
+export type DurableOutcome = 'completed' | 'suspended' | 'failed' | 'stale';
+
+/** A durable function and its runner (made by durable()). */
+export declare class Durable<P = any, R = unknown> {
+  constructor(fn: (ctx: DurableContext<P>) => Promise<R>);
+  stop(): void;
+  runOne(client: ClientBase, queue: string,
+         options?: { wait?: Duration; lease?: Duration | null; worker?: string | null }): Promise<DurableOutcome | null>;
+  run(queue: string, options?: { connectionString?: string; wait?: Duration; lease?: Duration | null;
+                                 worker?: string | null; maxRuns?: number }): Promise<number>;
+}
+
+/** Makes fn(ctx) a durable function: durable(fn).run(queue, options). */
+export declare function durable<P = any, R = unknown>(fn: (ctx: DurableContext<P>) => Promise<R>): Durable<P, R>;

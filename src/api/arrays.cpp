@@ -11,6 +11,14 @@ int64 *int8_arg(FunctionCallInfo fcinfo, int argno, const char *what, bool sorte
         pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "%s must be a one-dimensional array", what);
     if (array_contains_nulls(arr))
         pg::error({ERRCODE_NULL_VALUE_NOT_ALLOWED}, "%s must not contain NULL elements", what);
+    // Checked before anything is locked: each id or token can cost an entry
+    // of the lock table, which all databases share.
+    int count = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+    if (count > kMaxArrayIds)
+        pg::error({ERRCODE_INVALID_PARAMETER_VALUE,
+                   psprintf("Pass at most %d per call; split larger sets into several calls.",
+                            kMaxArrayIds)},
+                  "%s has %d elements, more than %d", what, count, kMaxArrayIds);
     Datum *elems;
     int nelems;
     deconstruct_array(arr, INT8OID, 8, true, TYPALIGN_DOUBLE, &elems, nullptr, &nelems);

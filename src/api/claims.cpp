@@ -115,6 +115,9 @@ bool set_has(HTAB *set, uint64 key) {
 // Lock every item held under `token` (in id order, so lockers never
 // deadlock). Returns how many rows carried the token.
 int lock_token_items(int64 token) {
+    // Every call that takes a token (fail, extend, release, assert_token)
+    // writes claim.claims: a role that may not is refused before it locks.
+    direct::require_rights(0, ACL_UPDATE);
     Datum v[1] = {Int64GetDatum(token)};
     uint64 n = pg::run(s_token_items, v, nullptr);
     int64 *ids = (int64 *)palloc(sizeof(int64) * (n > 0 ? n : 1));

@@ -93,14 +93,31 @@ struct Pending {
 };
 Pending pending[kMaxPending];
 int npending;
+// Keys this transaction's walks found exhausted and took out of the active
+// set: should it roll back, the items it claimed of them are ready again,
+// and so the keys are active again.
+Pending dropped_here[kMaxPending];
+int ndropped_here;
+
+void reactivate_dropped() {
+    for (int i = 0; i < ndropped_here; ++i)
+        shmem::fair_activate(dropped_here[i].install, dropped_here[i].queue_id,
+                             &dropped_here[i].key_id, 1);
+    ndropped_here = 0;
+}
 
 void on_xact(XactEvent event, void *) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         for (int i = 0; i < npending; ++i)
             shmem::fair_activate(pending[i].install, pending[i].queue_id, &pending[i].key_id, 1);
         npending = 0;
+        ndropped_here = 0;
     } else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
                event == XACT_EVENT_PREPARE) {
+        if (event == XACT_EVENT_PREPARE)
+            ndropped_here = 0;
+        else
+            reactivate_dropped();
         // A prepared transaction's keys are found by the claimers' next look
         // for keys (shmem::kFairDiscoverUs). Keys an aborted transaction
         // added are gone: so are the ids cached for them.
@@ -112,12 +129,31 @@ void on_xact(XactEvent event, void *) {
     }
 }
 
-void note_pending(Oid install, int32 queue_id, int32 key_id) {
+// A savepoint rolled back takes the fair keys it added with it: so go the
+// ids cached for them (an item enqueued later would carry a key id that no
+// row of claim.fair_keys has).
+void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (event != SUBXACT_EVENT_ABORT_SUB) return;
+    if (keys != nullptr) {
+        hash_destroy(keys);
+        keys = nullptr;
+    }
+    // Claims of the savepoint are undone (a key active again that has
+    // nothing left is found so by the next walk).
+    reactivate_dropped();
+}
+
+void register_callbacks() {
     static bool registered = false;
     if (!registered) {
         RegisterXactCallback(on_xact, nullptr);
+        RegisterSubXactCallback(on_subxact, nullptr);
         registered = true;
     }
+}
+
+void note_pending(Oid install, int32 queue_id, int32 key_id) {
+    register_callbacks();
     shmem::fair_prepare();  // the commit callback allocates nothing
     for (int i = npending - 1; i >= 0 && i >= npending - 8; --i)
         if (pending[i].key_id == key_id && pending[i].queue_id == queue_id &&
@@ -127,6 +163,7 @@ void note_pending(Oid install, int32 queue_id, int32 key_id) {
 }
 
 int32 key_id_of(int32 queue_id, text *key) {
+    register_callbacks();
     Oid install = direct::items_relid();
     if (keys == nullptr) keys = make_table("pg_claim fair keys", sizeof(KeyKey), sizeof(KeyEntry));
     if (hash_get_num_entries(keys) >= 65536) {
@@ -332,6 +369,15 @@ void end_key(FairSource *s, bool exhausted) {
     ++s->idx;
 }
 
+// A key found exhausted leaves the active set, remembered in case this
+// transaction rolls back (reactivate_dropped).
+void deactivate(FairSource *s, int32 key) {
+    register_callbacks();
+    shmem::fair_deactivate(s->install, s->queue_id, key);
+    if (ndropped_here < kMaxPending)
+        dropped_here[ndropped_here++] = Pending{s->install, s->queue_id, key};
+}
+
 bool taken_before(FairSource *s, int64 id) {
     for (int i = 0; i < s->ntaken; ++i)
         if (s->taken[i] == id) return true;
@@ -421,8 +467,7 @@ bool fair_source_next(FairSource *s, int64 *id, int32 *ord, Datum *group_key, bo
         // whole ready index once (items without a fair key).
         if (s->want > 0 && s->replans < 16 && s->nplan > 0) {
             // Keys found exhausted leave the active set before the next pick.
-            for (int i = 0; i < s->ndropped; ++i)
-                shmem::fair_deactivate(s->install, s->queue_id, s->dropped[i]);
+            for (int i = 0; i < s->ndropped; ++i) deactivate(s, s->dropped[i]);
             s->ndropped = 0;
             ++s->replans;
             plan(s);
@@ -452,8 +497,7 @@ void fair_source_took(FairSource *s) {
 void fair_source_end(FairSource *s) {
     if (s->scan != nullptr) end_key(s, false);
     if (s->fallback != nullptr) direct::ready_end(s->fallback);
-    for (int i = 0; i < s->ndropped; ++i)
-        shmem::fair_deactivate(s->install, s->queue_id, s->dropped[i]);
+    for (int i = 0; i < s->ndropped; ++i) deactivate(s, s->dropped[i]);
     for (int i = 0; i < s->nstat; ++i)
         shmem::fair_handed(s->install, s->queue_id, s->stat_key[i], s->stat_n[i], s->now);
 }

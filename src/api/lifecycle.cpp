@@ -6,7 +6,9 @@
 #include "api/hints.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/rules.hpp"
+#include "pg/direct.hpp"
 #include "pg/lineage.hpp"
+#include "pg/steps_store.hpp"
 #include "shmem/wakeup.hpp"
 #include "shmem/metrics.hpp"
 
@@ -22,21 +24,29 @@ namespace {
 
 // One row: (state, attempt, result, error, finished_at), or none when the
 // item is unknown in this queue or no longer retained.
-Stmt s_item_state = {
-    "SELECT s.state, s.attempt, s.result, s.error, s.finished_at FROM ("
-    "  SELECT CASE WHEN i.state = 'w' THEN 'waiting' WHEN i.state = 'd' THEN 'dead'"
-    "              WHEN i.run_at IS NOT NULL THEN 'scheduled'"
-    "              WHEN c.lease_until > $3 THEN 'claimed' ELSE 'ready' END AS state,"
-    "         COALESCE(c.attempt, i.failures) AS attempt, NULL::jsonb AS result,"
-    "         i.last_error AS error, i.died_at AS finished_at, 1 AS o"
-    "  FROM claim.items i LEFT JOIN claim.claims c ON c.item_id = i.id"
-    "  WHERE i.id = $1 AND i.queue_id = $2"
-    "  UNION ALL"
-    "  SELECT CASE f.state WHEN 'c' THEN 'completed' ELSE 'cancelled' END, f.attempts,"
-    "         f.result, f.error, f.finished_at, 2"
-    "  FROM claim.finished f JOIN claim.queues q ON q.queue_id = f.queue_id"
-    "  WHERE f.id = $1 AND f.queue_id = $2 AND f.finished_at + q.retain > $3) s "
-    "ORDER BY s.o LIMIT 1",
+#define PGCLAIM_ITEM_STATE_SQL(STEPS)                                                           \
+    "SELECT s.state, s.attempt, s.result, s.error, s.finished_at" STEPS " FROM ("                \
+    "  SELECT CASE WHEN i.state = 'w' THEN 'waiting' WHEN i.state = 'd' THEN 'dead'"           \
+    "              WHEN i.run_at IS NOT NULL THEN 'scheduled'"                                  \
+    "              WHEN c.lease_until > $3 THEN 'claimed' ELSE 'ready' END AS state,"          \
+    "         COALESCE(c.attempt, i.failures) AS attempt, NULL::jsonb AS result,"               \
+    "         i.last_error AS error, i.died_at AS finished_at, 1 AS o"                          \
+    "  FROM claim.items i LEFT JOIN claim.claims c ON c.item_id = i.id"                         \
+    "  WHERE i.id = $1 AND i.queue_id = $2"                                                     \
+    "  UNION ALL"                                                                               \
+    "  SELECT CASE f.state WHEN 'c' THEN 'completed' ELSE 'cancelled' END, f.attempts,"        \
+    "         f.result, f.error, f.finished_at, 2"                                              \
+    "  FROM claim.finished f JOIN claim.queues q ON q.queue_id = f.queue_id"                    \
+    "  WHERE f.id = $1 AND f.queue_id = $2 AND f.finished_at + q.retain > $3) s "              \
+    "ORDER BY s.o LIMIT 1"
+
+Stmt s_item_state = {PGCLAIM_ITEM_STATE_SQL(""), 3, {INT8OID, INT4OID, TIMESTAMPTZOID}, nullptr};
+
+// With durable steps (0.4.0, docs/steps.md): the sixth column of
+// claim.item_status, the run's checkpoints as {step: output}.
+Stmt s_item_state_steps = {
+    PGCLAIM_ITEM_STATE_SQL(", (SELECT pg_catalog.jsonb_object_agg(st.step, st.output)"
+                           " FROM claim.steps st WHERE st.item_id = $1)"),
     3, {INT8OID, INT4OID, TIMESTAMPTZOID}, nullptr};
 
 // Cancel the unfinished items among $1 of queue $2 (their item locks are
@@ -89,13 +99,17 @@ PGCLAIM_FUNCTION(pgclaim_item_state) {
     SPI_connect();
     api::QueueInfo q = api::lookup_queue(name);
     TimestampTz deadline = pg::clock_now() + wait_us;
-    Datum values[5] = {0, 0, 0, 0, 0};
-    bool nulls[5] = {true, true, true, true, true};
+    // claim.item_status has a sixth attribute, steps, from 0.4.0 on.
+    bool with_steps = desc->natts >= 6 && pg::steps_catalog();
+    int ncols = desc->natts > 6 ? desc->natts : 6;
+    Datum *values = (Datum *)palloc0(sizeof(Datum) * ncols);
+    bool *nulls = (bool *)palloc(sizeof(bool) * ncols);
+    for (int i = 0; i < ncols; ++i) nulls[i] = true;
     if (wait_us > 0) shmem::finished_wait_begin();
     for (;;) {
         TimestampTz now = pg::clock_now();
         Datum v[3] = {Int64GetDatum(id), Int32GetDatum(q.queue_id), TimestampTzGetDatum(now)};
-        bool found = pg::run(s_item_state, v, nullptr) > 0;
+        bool found = pg::run(with_steps ? s_item_state_steps : s_item_state, v, nullptr) > 0;
         bool final = true;
         if (found) {
             bool isnull;
@@ -125,6 +139,9 @@ PGCLAIM_FUNCTION(pgclaim_cancel) {
     int nids;
     int64 *ids = api::int8_arg_sorted(fcinfo, 1, "ids", &nids);
 
+    // The statement deletes items and claims: a role that may not is
+    // refused before it locks (or waits for) anything.
+    pg::direct::require_rights(ACL_DELETE, ACL_DELETE);
     SPI_connect();
     api::QueueInfo q = api::lookup_queue(name);
     if (nids == 0) {

@@ -28,6 +28,8 @@ namespace pgclaim {
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders
+inline constexpr const char *kEventTimedOut = "PC010";     // await_event's wait ended (raised in SQL)
+inline constexpr const char *kChildEnded = "PC011";        // a child of a durable run ended dead/cancelled
 inline constexpr const char *kUndefinedQueue = "42704";    // undefined_object
 inline constexpr const char *kDuplicateQueue = "42710";    // duplicate_object
 inline constexpr const char *kInvalidName = "42602";       // invalid_name

@@ -85,7 +85,26 @@ void fair_reset_weights(FairTable *t) {
     for (int32_t i = 0; i < t->nkeys; ++i) t->keys[i].weight = 1;
 }
 
+namespace {
+// Passes only matter relative to each other: before they could overflow
+// (a weight-1 key would after about 9.2e9 picks), every pass and the
+// virtual time move down by the virtual time. An inactive key whose pass
+// falls below 0 starts at 0, which is below any active key's pass: it is
+// raised to the virtual time when it comes back, as before.
+constexpr int64_t kRebaseAt = INT64_C(1) << 62;
+
+void rebase(FairTable *t) {
+    int64_t base = t->vtime;
+    for (int32_t i = 0; i < t->nkeys; ++i) {
+        FairKey *k = &t->keys[i];
+        k->pass = k->pass > base ? k->pass - base : 0;
+    }
+    t->vtime = 0;
+}
+}  // namespace
+
 int fair_pick(FairTable *t, int n, int32_t *out) {
+    if (t->vtime >= kRebaseAt) rebase(t);
     int picked = 0;
     while (picked < n && t->nactive > 0) {
         FairKey *best = nullptr;

@@ -72,7 +72,8 @@ void fair_reset_weights(FairTable *t);
 
 // Hands out up to `n` claims, one at a time, to the active keys: out[i] is
 // the key of the i-th claim. Returns how many were handed out (0 when no
-// key is active).
+// key is active). Passes never overflow: past 2^62 of virtual time they
+// all move down by it (the order of the keys stays).
 int fair_pick(FairTable *t, int n, int32_t *out);
 
 // The entry of a key, or nullptr.

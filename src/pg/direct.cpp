@@ -2,6 +2,7 @@
 #include "pg/direct.hpp"
 #include "pg/direct_tables.hpp"
 #include "pg/direct_fair.hpp"
+#include "pg/direct_rules.hpp"
 #include "pg/compat.hpp"
 
 #include <algorithm>
@@ -88,7 +89,17 @@ void on_relcache_inval(Datum, Oid relid) {
         relid == cat.token_seq || relid == cat.item_id_seq) {
         cat.valid = false;
         icache.stale = true;  // freed at the next load(), not inside the callback
+        return;
     }
+    // An index of ours whose state changed (CREATE INDEX CONCURRENTLY and
+    // REINDEX CONCURRENTLY flip indisready and indisvalid; their commits
+    // invalidate the index itself as well as the table): its IndexInfo,
+    // whose ii_ReadyForInserts was read from the old state, is built again.
+    for (int i = 0; i < icache.n; ++i)
+        if (icache.index[i] == relid) {
+            icache.stale = true;
+            return;
+        }
 }
 
 void load() {
@@ -146,6 +157,7 @@ void load() {
     cat.c_lease = att(cat.claims, "lease_until");
     cat.c_claimed = att(cat.claims, "claimed_at");
     cat.c_worker = att(cat.claims, "worker");
+    ++cat.generation;
     cat.valid = true;
 }
 
@@ -214,14 +226,19 @@ void close_insert(Tables *t) {
 
 // Heap insert and index entries. The callers fill every column themselves
 // (NOT NULL columns, the CHECKed state, the generated `ord`), so neither
-// constraint checks nor generated-column expressions run here; our tables
-// have no triggers.
-void insert_slot(Tables *t) {
+// constraint checks nor generated-column expressions run here. A table with
+// rules of its own (direct_rules.hpp) gets an INSERT through SQL instead;
+// returns what sql_insert returns, or 0.
+int64 insert_slot(Tables *t) {
+    bool items = t->rri->ri_RelationDesc == t->items;
+    if (items ? t->sql_items : t->sql_claims)
+        return sql_insert(items ? Table::Items : Table::Claims, t->ins_slot);
     ExecStoreVirtualTuple(t->ins_slot);
     simple_table_tuple_insert(t->rri->ri_RelationDesc, t->ins_slot);
     if (t->rri->ri_NumIndices > 0)
         (void)compat::insert_index_entries(t->rri, t->ins_slot, t->estate);
     ResetPerTupleExprContext(t->estate);
+    return 0;
 }
 
 }  // namespace
@@ -255,26 +272,43 @@ Tables *open(Mode mode) {
         // claim.queues is opened by queue_id(), when the producer's queue
         // id is not cached.
         t->items = table_open(cat.items, RowExclusiveLock);
+        if (!cat.valid) load();  // as below
         open_insert(t, t->items);
+        t->sql_items = needs_sql(t->items, Table::Items, true, t->rri->ri_IndexRelationDescs,
+                                 t->rri->ri_NumIndices);
         return t;
     }
     t->items = table_open(cat.items, mode == Mode::Complete ? RowExclusiveLock : AccessShareLock);
-    t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
     t->claims = table_open(cat.claims, RowExclusiveLock);
+    // Taking the locks accepted the invalidations committed before them:
+    // REINDEX CONCURRENTLY may have replaced an index (a new OID under the
+    // old name). The indexes are resolved again by name, now that the
+    // tables are locked: an index found now is not dropped before this
+    // transaction ends (REINDEX CONCURRENTLY waits for the tables' lockers).
+    if (!cat.valid) load();
+    t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
     if (mode == Mode::Claim) {
         // The inserts open every index of claim.claims: probe through those.
         open_insert(t, t->claims);
+        // By name: while REINDEX CONCURRENTLY runs, the table has two
+        // indexes of the same columns, and the names follow the swap.
         for (int i = 0; i < t->rri->ri_NumIndices; ++i) {
             Relation idx = t->rri->ri_IndexRelationDescs[i];
-            if (RelationGetRelid(idx) == cat.claims_pkey) t->claims_pkey = idx;
-            if (RelationGetRelid(idx) == cat.claims_token) t->claims_token = idx;
+            const char *name = RelationGetRelationName(idx);
+            if (strcmp(name, "claims_pkey") == 0) t->claims_pkey = idx;
+            if (strcmp(name, "claims_token") == 0) t->claims_token = idx;
         }
         if (t->claims_pkey == nullptr || t->claims_token == nullptr)
             missing_object("an index of claim.claims");
+        t->sql_claims = needs_sql(t->claims, Table::Claims, true, t->rri->ri_IndexRelationDescs,
+                                  t->rri->ri_NumIndices);
     } else {
         t->claims_pkey = index_open(cat.claims_pkey, AccessShareLock);
         t->claims_token = index_open(cat.claims_token, AccessShareLock);
+        t->sql_items = needs_sql(t->items, Table::Items, false, nullptr, 0);
+        t->sql_claims = needs_sql(t->claims, Table::Claims, false, nullptr, 0);
     }
+    t->rls_items = rls_applies(t->items);
     check_index(t->items_pkey, {cat.i_id});
     check_index(t->claims_pkey, {cat.c_item});
     check_index(t->claims_token, {cat.c_token});
@@ -322,9 +356,20 @@ void close(Tables *t) {
     pfree(t);
 }
 
+void require_rights(AclMode items, AclMode claims) {
+    load();
+    if (items != 0) require(cat.items, items);
+    if (claims != 0) require(cat.claims, claims);
+}
+
 void lock_items(bool drop) {
     load();
     LockRelationOid(cat.items, drop ? ShareRowExclusiveLock : RowExclusiveLock);
+    // Claimers read claim.items in share mode and write claim.claims: the
+    // drop also waits for the claimers in flight (and they for it), so that
+    // no claim row outlives its queue and no item of a dropped queue is
+    // handed out, whether or not the claimer promoted items on its way.
+    if (drop) LockRelationOid(cat.claims, ShareRowExclusiveLock);
 }
 
 int32 queue_id(Tables *t, Datum name, Snapshot snap) {
@@ -355,8 +400,8 @@ int64 item_insert(Tables *t, int32 queue_id, int32 priority, Datum run_at, bool 
     int64 id = fill_item(t->ins_slot, queue_id, priority, run_at, run_at_null, group_key,
                          group_null, payload);
     if (fair_key_id >= 0) set_fair_key(t->ins_slot, fair_key_id);
-    insert_slot(t);
-    return id;
+    int64 written = insert_slot(t);
+    return t->sql_items ? written : id;
 }
 
 bool scheduled_due(Tables *t, int32 queue_id, TimestampTz now, Snapshot snap) {
@@ -419,8 +464,12 @@ bool delete_tid(Relation rel, const ItemPointerData *tid) {
 }
 }  // namespace
 
-bool claim_delete(Tables *t, const ItemPointerData *tid) { return delete_tid(t->claims, tid); }
-bool item_delete(Tables *t, const ItemPointerData *tid) { return delete_tid(t->items, tid); }
+bool claim_delete(Tables *t, const ItemPointerData *tid) {
+    return t->sql_claims ? sql_delete(Table::Claims, tid) : delete_tid(t->claims, tid);
+}
+bool item_delete(Tables *t, const ItemPointerData *tid) {
+    return t->sql_items ? sql_delete(Table::Items, tid) : delete_tid(t->items, tid);
+}
 
 int64 next_token(Tables *) { return nextval_internal(cat.token_seq, true); }
 

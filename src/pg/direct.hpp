@@ -51,8 +51,14 @@ void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 a
 bool claim_delete(Tables *t, const ItemPointerData *tid);
 bool item_delete(Tables *t, const ItemPointerData *tid);
 
+// The caller's privileges on claim.items and claim.claims (42501), for the
+// calls that lock items before their statements run: checked first, so that
+// a role without them never holds or waits for another role's items.
+void require_rights(AclMode items, AclMode claims);
+
 // Producers lock claim.items for writing before they look their queue up;
-// drop_queue locks it against all writers (drop = true) before it deletes.
+// drop_queue locks it against all writers (drop = true), and claim.claims
+// against claimers, before it deletes.
 // So a queue a producer found cannot be dropped before the producer's
 // transaction ends, and a dropped queue is never found.
 void lock_items(bool drop);

@@ -4,6 +4,7 @@
 
 #include "pg/direct_tables.hpp"
 #include "pg/direct_fair.hpp"
+#include "pg/direct_rules.hpp"
 #include "pg/compat.hpp"
 
 extern "C" {
@@ -106,6 +107,11 @@ void batch_add(ItemBatch *b, Datum group_key, bool group_null, Datum payload, in
                     payload);
     if (fair_key_id < 0) fair_key_id = b->fair_key_id;
     if (fair_key_id >= 0) set_fair_key(slot, fair_key_id);
+    if (t->sql_items) {  // rules of the table's own: one INSERT per row
+        (void)sql_insert(Table::Items, slot);
+        ++b->written;
+        return;
+    }
     ExecStoreVirtualTuple(slot);
     b->bytes += VARSIZE_ANY(DatumGetPointer(payload));
     if (++b->n == kBatchRows || b->bytes >= kBatchBytes) batch_flush(b);

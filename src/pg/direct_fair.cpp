@@ -19,6 +19,7 @@ namespace pgclaim::pg::direct {
 
 namespace {
 struct FairCatalog {
+    uint64 generation;  // of the catalog (direct_tables.hpp) these were resolved with
     Oid items;  // the claim.items these were resolved for
     Oid index;  // claim.items_fair, InvalidOid without it
     AttrNumber att;
@@ -26,9 +27,13 @@ struct FairCatalog {
 FairCatalog fc;
 
 const FairCatalog &resolve() {
+    // Resolved again whenever direct.cpp's catalog was: an update of the
+    // extension (ALTER TABLE claim.items ADD COLUMN fair_key_id) or a
+    // REINDEX CONCURRENTLY of items_fair invalidates claim.items.
     Oid items = items_relid();
-    if (fc.items != items || !OidIsValid(items)) {
+    if (fc.items != items || !OidIsValid(items) || fc.generation != cat.generation) {
         fc.items = items;
+        fc.generation = cat.generation;
         fc.index = InvalidOid;
         fc.att = InvalidAttrNumber;
         if (OidIsValid(items)) {
@@ -43,6 +48,8 @@ const FairCatalog &resolve() {
 }  // namespace
 
 bool fair_catalog() { return resolve().att != InvalidAttrNumber; }
+
+AttrNumber fair_key_att() { return resolve().att; }
 
 struct FairScan {
     Tables *t;

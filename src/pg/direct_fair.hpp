@@ -25,6 +25,9 @@ void fair_scan_end(FairScan *s);
 // `snap` (one index descent per key); returns the count.
 int fair_keys_ready(Tables *t, int32 queue_id, Snapshot snap, int32 *out, int max);
 
+// The column fair_key_id of claim.items, InvalidAttrNumber before 0.3.0.
+AttrNumber fair_key_att();
+
 // The new item in `slot` (direct.cpp's insert slot) carries this fair key.
 void set_fair_key(TupleTableSlot *slot, int32 key_id);
 

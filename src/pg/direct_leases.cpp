@@ -1,6 +1,7 @@
 // Server layer: see direct_leases.hpp.
 #include "pg/direct_leases.hpp"
 #include "pg/direct_tables.hpp"
+#include "pg/direct_rules.hpp"
 #include "pg/compat.hpp"
 
 extern "C" {
@@ -103,6 +104,8 @@ struct LeaseTables {
     Relation holders, holders_pkey, released, released_pkey;
     TupleTableSlot *h_slot, *r_slot;  // rows read
     TupleTableSlot *new_slot;         // the new version of a row being updated
+    // The updates of this call go through SQL (direct_rules.hpp).
+    bool sql_holders, sql_released;
 };
 
 LeaseTables *lease_open(LeaseMode mode) {
@@ -123,10 +126,16 @@ LeaseTables *lease_open(LeaseMode mode) {
     t->mode = mode;
     t->holders =
         table_open(lc.holders, mode == LeaseMode::Acquire ? RowExclusiveLock : AccessShareLock);
-    t->holders_pkey = index_open(lc.holders_pkey, AccessShareLock);
     t->released =
         table_open(lc.released, mode == LeaseMode::Release ? RowExclusiveLock : AccessShareLock);
+    // The indexes by name again after the tables' locks (as direct.cpp's
+    // open(): REINDEX CONCURRENTLY replaces an index under its name).
+    load();
+    t->holders_pkey = index_open(lc.holders_pkey, AccessShareLock);
     t->released_pkey = index_open(lc.released_pkey, AccessShareLock);
+    // An update writes index entries when it is not HOT: the insert rules.
+    t->sql_holders = needs_sql(t->holders, Table::Other, true, nullptr, 0);
+    t->sql_released = needs_sql(t->released, Table::Other, true, nullptr, 0);
     check_pkey(t->holders_pkey, lc.h_name, lc.h_slot);
     check_pkey(t->released_pkey, lc.r_name, lc.r_slot);
     t->h_slot = table_slot_create(t->holders, nullptr);
@@ -183,6 +192,45 @@ int64 released_token(LeaseTables *t, Datum name, int32 slot, Snapshot snap) {
 }
 
 enum class Update { Done, Changed, Gone };
+
+// The updates of the SQL path: the columns the direct updates change.
+Stmt s_holder_update = {
+    "UPDATE claim.lease_holders SET token = $2, holder = $3, permits = $4, acquired_at = $5, "
+    "expires_at = $6 WHERE ctid OPERATOR(pg_catalog.=) $1",
+    6,
+    {TIDOID, INT8OID, TEXTOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+    nullptr};
+Stmt s_released_update = {
+    "UPDATE claim.lease_released SET token = $2 WHERE ctid OPERATOR(pg_catalog.=) $1", 2,
+    {TIDOID, INT8OID}, nullptr};
+
+// update_row through SQL: the row at `tid` gets the new values of `nw`.
+// Nothing updated: Changed when the version at `tid` is no longer the
+// latest (read it again), Gone when it still is (a policy or a trigger
+// kept the row as it was: the caller takes it as gone).
+Update update_sql(Relation rel, bool holders, ItemPointer tid, TupleTableSlot *nw) {
+    ItemPointerData copy = *tid;
+    uint64 n;
+    if (holders) {
+        Datum v[6] = {PointerGetDatum(&copy), nw->tts_values[lc.h_token - 1],
+                      nw->tts_values[lc.h_holder - 1], nw->tts_values[lc.h_permits - 1],
+                      nw->tts_values[lc.h_acquired - 1], nw->tts_values[lc.h_expires - 1]};
+        char nulls[6] = {' ', ' ', nw->tts_isnull[lc.h_holder - 1] ? 'n' : ' ', ' ', ' ', ' '};
+        n = sql_run(s_holder_update, v, nulls);
+    } else {
+        Datum v[2] = {PointerGetDatum(&copy), nw->tts_values[lc.r_token - 1]};
+        n = sql_run(s_released_update, v, nullptr);
+    }
+    CommandCounterIncrement();
+    if (n > 0) return Update::Done;
+    Snapshot snap = RegisterSnapshot(GetLatestSnapshot());
+    TupleTableSlot *probe = table_slot_create(rel, nullptr);
+    copy = *tid;
+    bool still = table_tuple_fetch_row_version(rel, &copy, snap, probe);
+    ExecDropSingleTupleTableSlot(probe);
+    UnregisterSnapshot(snap);
+    return still ? Update::Gone : Update::Changed;
+}
 
 // Replaces the row at `tid` by the row in `nw`, waiting for a concurrent
 // writer of it to end. Changed: the row was updated since it was read (read
@@ -282,7 +330,8 @@ bool lease_take(LeaseTables *t, Datum name, int32 slot, int64 old_token, bool on
         nw->tts_values[lc.h_expires - 1] = TimestampTzGetDatum(until);
         ExecStoreVirtualTuple(nw);
         ItemPointerData tid = t->h_slot->tts_tid;
-        Update u = update_row(t->holders, &tid, nw, snap);
+        Update u = t->sql_holders ? update_sql(t->holders, true, &tid, nw)
+                                  : update_row(t->holders, &tid, nw, snap);
         ExecClearTuple(t->h_slot);
         ExecClearTuple(nw);
         UnregisterSnapshot(snap);
@@ -336,7 +385,8 @@ ReleaseResult lease_release(LeaseTables *t, Datum name, int64 token, TimestampTz
         nw->tts_values[lc.r_token - 1] = Int64GetDatum(token);
         ExecStoreVirtualTuple(nw);
         ItemPointerData tid = t->r_slot->tts_tid;
-        Update u = update_row(t->released, &tid, nw, snap);
+        Update u = t->sql_released ? update_sql(t->released, false, &tid, nw)
+                                   : update_row(t->released, &tid, nw, snap);
         ExecClearTuple(t->r_slot);
         ExecClearTuple(nw);
         UnregisterSnapshot(snap);

@@ -1,6 +1,8 @@
 // Direct reads of claim.items and claim.claims (see direct.hpp): the ready
 // scan in delivery order, claim and item probes, and the group check.
 #include "pg/direct_read.hpp"
+#include "pg/direct_rules.hpp"
+#include "pg/xact_locks.hpp"
 
 #include "pg/direct_tables.hpp"
 #include "pg/compat.hpp"
@@ -8,6 +10,9 @@
 #include <algorithm>
 
 extern "C" {
+#include "utils/timestamp.h"
+#include "access/xact.h"
+#include "storage/procarray.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relscan.h"
@@ -131,7 +136,24 @@ void ready_end(ReadyScan *s) {
 
 bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out) {
     TupleTableSlot *slot = t->claim_slot;
-    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) return false;
+    if (!probe_int8(t->claims, t->claims_pkey, item_id, snap, slot)) {
+        // A transaction prepared before the server's last start may hold a
+        // claim of this item that its row alone shows (its lock was not
+        // kept): a claimer takes such a row as a live claim.
+        if (t->mode != Mode::Claim || !xact_locks_prepared_unknown()) return false;
+        SnapshotData dirty;
+        InitDirtySnapshot(dirty);
+        bool pending = probe_int8(t->claims, t->claims_pkey, item_id, &dirty, slot) &&
+                       TransactionIdIsValid(dirty.xmin);
+        ExecClearTuple(slot);
+        if (!pending) return false;
+        // Live for a second: a walk's hint that passes it is not kept longer.
+        out->token = 0;
+        out->attempt = 0;
+        out->lease_until = GetCurrentTimestamp() + USECS_PER_SEC;
+        ItemPointerSetInvalid(&out->tid);
+        return true;
+    }
     bool isnull;
     out->token = DatumGetInt64(get(slot, cat.c_token, &isnull));
     out->attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));
@@ -183,14 +205,41 @@ void item_read(TupleTableSlot *slot, ItemRow *out) {
 bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
     if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
     item_read(t->item_slot, out);
-    return true;
+    return !t->rls_items || sql_item_visible(id);
 }
+
+namespace {
+// Does an open transaction other than this one delete or update the row in
+// `slot`? Claimers pass over such an item: the lock table keeps the items
+// of open transactions, but after a restart it is empty while a prepared
+// transaction may still hold a completion, a failure or a cancel of the
+// item, which only its row shows.
+bool row_in_flux(TupleTableSlot *slot) {
+    bool should_free;
+    HeapTuple tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
+    HeapTupleHeader h = tup->t_data;
+    bool busy = false;
+    if (!(h->t_infomask & HEAP_XMAX_INVALID) && !HEAP_XMAX_IS_LOCKED_ONLY(h->t_infomask)) {
+        TransactionId x = HeapTupleHeaderGetUpdateXid(h);
+        busy = TransactionIdIsValid(x) && !TransactionIdIsCurrentTransactionId(x) &&
+               TransactionIdIsInProgress(x);
+    }
+    if (should_free) heap_freetuple(tup);
+    return busy;
+}
+}  // namespace
 
 bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
     ItemPointerData copy = *tid;
     if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    if (t->mode == Mode::Claim && row_in_flux(t->item_slot)) {
+        ExecClearTuple(t->item_slot);
+        return false;
+    }
     item_read(t->item_slot, out);
-    return true;
+    if (!t->rls_items) return true;
+    bool isnull;
+    return sql_item_visible(DatumGetInt64(get(t->item_slot, cat.i_id, &isnull)));
 }
 
 struct GroupScan {

@@ -18,6 +18,7 @@ namespace pgclaim::pg::direct {
 // Relation OIDs and attribute numbers, resolved once per installation.
 struct Catalog {
     bool valid;
+    uint64 generation;  // counts the loads: caches of other files compare it
     Oid items, items_pkey, items_ready, items_group, items_scheduled, claims, claims_pkey, claims_token,
         token_seq, queues, queues_name, item_id_seq;
     AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
@@ -36,6 +37,10 @@ struct Tables {
     TupleTableSlot *item_slot, *claim_slot, *scan_slot, *group_slot, *ins_slot;
     EState *estate;
     ResultRelInfo *rri;
+    // The writes of this call to claim.items / claim.claims go through SQL
+    // (direct_rules.hpp); rls_items: reads of claim.items are checked
+    // against the role's row-level security policies.
+    bool sql_items, sql_claims, rls_items;
 };
 
 // A relation of schema `nsp` and a column of a relation, by name (a clear

@@ -3,20 +3,27 @@
 // The table is PostgreSQL's shared hash (pg/shared_hash.hpp) split into
 // kPartitions partitions, each with its own LWLock and condition variable. An entry
 // names its holder by the holder's virtual transaction id, or marks it held
-// by a prepared transaction. Entries are removed by the holder's
-// transaction callbacks; an entry of a prepared transaction is backed by a
-// heavyweight lock of the same name (taken at PREPARE, kept by the prepared
-// transaction through a restart), and removed by the first backend that
-// finds that heavyweight lock free.
+// by a prepared transaction, by that transaction's xid. Entries are removed
+// by the holder's transaction callbacks. The entries of a prepared
+// transaction are chained from a slot of their own (one slot per possible
+// prepared transaction, max_prepared_transactions of them) and removed all
+// together by the first backend whose transaction ends after the prepared
+// one has finished: the one that ran COMMIT PREPARED or ROLLBACK PREPARED,
+// or a backend that met one of them and found the transaction gone.
+// After a restart the table is empty; what a prepared transaction did to
+// its items is then kept by their rows (a claimer passes over an item whose
+// row an open transaction deletes or updates: direct_read.cpp).
 #include "pg/xact_locks.hpp"
 
-#include "pg/shared_hash.hpp"
+#include "pg/xact_locks_shared.hpp"
 
 extern "C" {
 #include "access/twophase.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
+#include "storage/lmgr.h"
 #include "storage/lwlock.h"
+#include "storage/procarray.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
@@ -26,45 +33,14 @@ extern "C" {
 
 namespace pgclaim::pg {
 
-int guc_max_xact_locks = 65536;
+using namespace xact_table;
 
 namespace {
 
-constexpr int kPartitions = 128;  // a power of two (dynahash's rule)
 // A waiter first sleeps on its partition's condition variable, which every
 // release wakes (a claimer that tried an item and let it go at once); past
 // this it waits on the holder's transaction, where deadlocks are detected.
 constexpr int kShortWaitMs = 20;
-
-struct Key {
-    Oid db;
-    uint16 space;
-    uint16 pad;  // always 0: keys are compared as bytes
-    uint64 key;
-};
-
-struct Entry {
-    Key key;
-    VirtualTransactionId owner;  // invalid while prepared
-    bool prepared;
-    uint8 tag;  // what the taker said of the key (xact_lock's `tag`)
-};
-
-struct Control {
-    pg_atomic_uint64 used;      // entries in the table
-    pg_atomic_uint32 restored;  // 1 once the prepared transactions' locks are entered
-    struct {
-        ConditionVariable cv;
-        pg_atomic_uint32 waiters;
-        char pad[64];
-    } part[kPartitions];
-};
-
-// One LWLock per partition, and one more for restore_prepared().
-pg::SharedHash shash = {"pg_claim xact locks", "transaction locks", "pg_claim.max_xact_locks",
-                        sizeof(Key), sizeof(Entry), &guc_max_xact_locks, kPartitions, 1,
-                        nullptr, nullptr, nullptr};
-Control *ctl = nullptr;
 
 // This backend's holds in the current transaction.
 struct Held {
@@ -88,29 +64,10 @@ Key make_key(LockSpace space, uint64 key) {
     return k;
 }
 
-void set_tag(LOCKTAG *tag, const Key &k) {
-    SET_LOCKTAG_ADVISORY(*tag, k.db, (uint32)(k.key >> 32), (uint32)k.key, k.space);
-}
-
 VirtualTransactionId my_vxid() {
     VirtualTransactionId v;
     GET_VXID_FROM_PGPROC(v, *MyProc);
     return v;
-}
-
-uint32 partition_of(uint32 hash) { return hash % kPartitions; }
-LWLock *lock_of(uint32 part) { return &shash.locks[part].lock; }
-
-// Caller holds the partition's lock. Removes the entry and counts it.
-void remove_entry(const Key &k, uint32 hash) {
-    bool found;
-    hash_search_with_hash_value(shash.htab, &k, hash, HASH_REMOVE, &found);
-    if (found) pg_atomic_fetch_sub_u64(&ctl->used, 1);
-}
-
-void wake(uint32 part) {
-    if (pg_atomic_read_u32(&ctl->part[part].waiters) > 0)
-        ConditionVariableBroadcast(&ctl->part[part].cv);
 }
 
 // Removes this backend's entry of `k` from the shared table.
@@ -152,22 +109,27 @@ void release_all() {
     forget_all();
 }
 
-// PREPARE TRANSACTION: the prepared transaction keeps its locks. Before the
-// prepare, each is also taken as a heavyweight lock, which PostgreSQL hands
-// to the prepared transaction and keeps through a restart; after it, the
-// entries are marked prepared and leave this backend.
-void before_prepare() {
-    if (nheld == 0) return;
-    for_each_held([](Held *h) {
-        LOCKTAG tag;
-        set_tag(&tag, h->key);
-        (void)LockAcquire(&tag, ExclusiveLock, false, false);
-    });
-}
+// The xid of the transaction being prepared (PrepareTransaction assigned
+// one before it called the callbacks).
+TransactionId preparing_xid = InvalidTransactionId;
 
+// PREPARE TRANSACTION: the prepared transaction keeps its locks. The entries
+// are marked prepared with its xid and chained from a free slot; they leave
+// this backend.
 void after_prepare() {
     if (nheld == 0) return;
-    for_each_held([](Held *h) {
+    TransactionId xid = preparing_xid;
+    LWLockAcquire(prep_lock(), LW_EXCLUSIVE);
+    Prep *slot = nullptr;
+    for (int i = 0; i < ctl->nslots && slot == nullptr; ++i)
+        if (!TransactionIdIsValid(ctl->prep[i].xid)) slot = &ctl->prep[i];
+    if (slot != nullptr) {
+        slot->xid = xid;
+        slot->has_first = false;
+        slot->unknown = false;
+        pg_atomic_fetch_add_u32(&ctl->nprep, 1);
+    }
+    for_each_held([&](Held *h) {
         uint32 hash = get_hash_value(shash.htab, &h->key);
         uint32 part = partition_of(hash);
         LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
@@ -175,10 +137,21 @@ void after_prepare() {
         Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &h->key, hash, HASH_FIND, &found);
         if (found) {
             e->prepared = true;
+            e->xid = xid;
             SetInvalidVirtualTransactionId(e->owner);
+            // Without a slot (not expected: there is one per possible
+            // prepared transaction) an entry stays unchained, and the first
+            // backend to meet it after the transaction ends removes it.
+            e->has_next = slot != nullptr && slot->has_first;
+            if (slot != nullptr) {
+                if (slot->has_first) e->next = slot->first;
+                slot->first = h->key;
+                slot->has_first = true;
+            }
         }
         LWLockRelease(lock_of(part));
     });
+    LWLockRelease(prep_lock());
     forget_all();
 }
 
@@ -189,9 +162,11 @@ void on_xact(XactEvent event, void *) {
         case XACT_EVENT_PARALLEL_COMMIT:
         case XACT_EVENT_PARALLEL_ABORT:
             release_all();
+            // COMMIT PREPARED and ROLLBACK PREPARED end here too.
+            sweep_prepared();
             break;
         case XACT_EVENT_PRE_PREPARE:
-            before_prepare();
+            if (nheld > 0) preparing_xid = GetTopTransactionId();
             break;
         case XACT_EVENT_PREPARE:
             after_prepare();
@@ -220,12 +195,16 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     });
 }
 
-void ensure_local() {
+void register_callbacks() {
     if (!callbacks_registered) {
         RegisterXactCallback(on_xact, nullptr);
         RegisterSubXactCallback(on_subxact, nullptr);
         callbacks_registered = true;
     }
+}
+
+void ensure_local() {
+    register_callbacks();
     if (held == nullptr) {
         HASHCTL c;
         memset(&c, 0, sizeof(c));
@@ -236,83 +215,34 @@ void ensure_local() {
     }
 }
 
-// After a restart, prepared transactions hold their heavyweight locks but
-// the table is empty: the first caller puts their entries back.
-void restore_prepared() {
-    if (pg_atomic_read_u32(&ctl->restored) == 1) return;
-    LWLock *once = lock_of(kPartitions);
-    LWLockAcquire(once, LW_EXCLUSIVE);
-    if (pg_atomic_read_u32(&ctl->restored) == 1) {
-        LWLockRelease(once);
-        return;
-    }
-    if (max_prepared_xacts > 0) {
-        LockData *ld = GetLockStatusData();
-        for (int i = 0; i < ld->nelements; ++i) {
-            LockInstanceData *li = &ld->locks[i];
-            const LOCKTAG &t = li->locktag;
-            if (t.locktag_type != LOCKTAG_ADVISORY || li->pid != 0 ||
-                (li->holdMask & LOCKBIT_ON(ExclusiveLock)) == 0)
-                continue;
-            if (t.locktag_field4 != (uint16)LockSpace::Item &&
-                t.locktag_field4 != (uint16)LockSpace::LeaseSlot)
-                continue;
-            Key k;
-            memset(&k, 0, sizeof(k));
-            k.db = t.locktag_field1;
-            k.space = t.locktag_field4;
-            k.key = ((uint64)t.locktag_field2 << 32) | t.locktag_field3;
-            uint32 hash = get_hash_value(shash.htab, &k);
-            uint32 part = partition_of(hash);
-            LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
-            bool found;
-            Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_ENTER_NULL, &found);
-            if (e != nullptr && !found) {
-                pg_atomic_fetch_add_u64(&ctl->used, 1);
-                e->prepared = true;
-                e->tag = 0;
-                SetInvalidVirtualTransactionId(e->owner);
-            }
-            LWLockRelease(lock_of(part));
-        }
-    }
-    pg_atomic_write_u32(&ctl->restored, 1);
-    LWLockRelease(once);
-}
-
-// Is the prepared transaction behind entry `k` still there? Takes and gives
-// back its heavyweight lock (without waiting) to find out.
-bool prepared_gone(const Key &k) {
-    LOCKTAG tag;
-    set_tag(&tag, k);
-    if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
-    (void)LockRelease(&tag, ExclusiveLock, false);
-    return true;
-}
-
-[[noreturn]] void table_full() {
-    error({ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-           "Raise pg_claim.max_xact_locks (a restart applies it), or claim fewer items in one "
-           "transaction.",
-           nullptr},
-          "pg_claim's lock table is full: %d items and lease slots are locked by open "
-          "transactions",
-          guc_max_xact_locks);
-}
-
 enum class Try { Taken, Busy, BusyPrepared };
 
 // One attempt under the partition's lock.
 Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
-             VirtualTransactionId *owner) {
+             VirtualTransactionId *owner, TransactionId *prepared_xid) {
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
     Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
-    if (found && e->prepared) {
-        if (!prepared_gone(k)) {
+    while (found && e->prepared) {
+        TransactionId xid = e->xid;
+        if (TransactionIdIsValid(xid) ? TransactionIdIsInProgress(xid) : !prepared_gone(k)) {
+            *prepared_xid = xid;
             LWLockRelease(lock_of(part));
             return Try::BusyPrepared;
+        }
+        if (TransactionIdIsValid(xid) && e->has_next) {
+            // Ended, and chained: its whole chain goes (not this entry
+            // alone, which would cut the chain), then a look again.
+            LWLockRelease(lock_of(part));
+            sweep_prepared();
+            LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
+            e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
+            if (found && e->prepared && e->xid == xid) {
+                remove_entry(k, hash);  // not chained after all (the sweep ran first)
+                found = false;
+            }
+            continue;
         }
         remove_entry(k, hash);
         found = false;
@@ -335,6 +265,8 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
     }
     e->owner = me;
     e->prepared = false;
+    e->has_next = false;
+    e->xid = InvalidTransactionId;
     e->tag = tag;
     LWLockRelease(lock_of(part));
     return Try::Taken;
@@ -348,27 +280,6 @@ bool hw_lock(const Key &k, bool wait) {
 }
 
 }  // namespace
-
-Size xact_locks_shmem_size() {
-    Size s = MAXALIGN(sizeof(Control));
-    return add_size(s, pg::shared_hash_size(shash));
-}
-
-void xact_locks_shmem_request() { pg::shared_hash_request(shash); }
-
-void xact_locks_shmem_init() {
-    bool found;
-    ctl = (Control *)ShmemInitStruct("pg_claim xact locks control", sizeof(Control), &found);
-    if (!found) {
-        pg_atomic_init_u64(&ctl->used, 0);
-        pg_atomic_init_u32(&ctl->restored, 0);
-        for (int i = 0; i < kPartitions; ++i) {
-            ConditionVariableInit(&ctl->part[i].cv);
-            pg_atomic_init_u32(&ctl->part[i].waiters, 0);
-        }
-    }
-    pg::shared_hash_init(shash);
-}
 
 bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     Key k = make_key(space, key);
@@ -397,19 +308,27 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     for (;;) {
         VirtualTransactionId owner;
         SetInvalidVirtualTransactionId(owner);
-        r = try_take(k, hash, me, tag, &owner);
+        TransactionId prepared_xid = InvalidTransactionId;
+        r = try_take(k, hash, me, tag, &owner, &prepared_xid);
         if (r == Try::Taken || !wait) break;
         if (r == Try::BusyPrepared) {
-            // Wait for the prepared transaction through its heavyweight lock.
+            // Wait for the prepared transaction: on its xid (which the
+            // deadlock detector sees), or for a lock restored from 0.3.0,
+            // through its heavyweight lock.
             if (sleeping) {
                 ConditionVariableCancelSleep();
                 pg_atomic_fetch_sub_u32(&ctl->part[part].waiters, 1);
                 sleeping = false;
             }
-            LOCKTAG tag;
-            set_tag(&tag, k);
-            (void)LockAcquire(&tag, ExclusiveLock, false, false);
-            (void)LockRelease(&tag, ExclusiveLock, false);
+            if (TransactionIdIsValid(prepared_xid)) {
+                XactLockTableWait(prepared_xid, nullptr, nullptr, XLTW_None);
+                sweep_prepared();
+            } else {
+                LOCKTAG tag;
+                set_tag(&tag, k);
+                (void)LockAcquire(&tag, ExclusiveLock, false, false);
+                (void)LockRelease(&tag, ExclusiveLock, false);
+            }
             continue;
         }
         if (!sleeping) {
@@ -488,8 +407,8 @@ void xact_locks_release_all() {
 
 bool xact_locks_in_shmem() { return shash.htab != nullptr; }
 
-int64 xact_locks_held() { return nheld; }
+void xact_locks_register() { register_callbacks(); }
 
-int64 xact_locks_in_use() { return ctl == nullptr ? 0 : (int64)pg_atomic_read_u64(&ctl->used); }
+int64 xact_locks_held() { return nheld; }
 
 }  // namespace pgclaim::pg

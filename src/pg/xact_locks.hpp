@@ -6,8 +6,10 @@
 // at a time; re-entrant within a transaction (every lock counts, every
 // unlock gives one back); released when the transaction commits or aborts,
 // and when the subtransaction that took it rolls back; kept by a prepared
-// transaction until COMMIT PREPARED or ROLLBACK PREPARED, also across a
-// restart. Claimers only try a lock; everyone else waits for it: first
+// transaction until COMMIT PREPARED or ROLLBACK PREPARED (and freed then),
+// at no cost in PostgreSQL's lock table. After a restart a prepared
+// transaction's items are kept by their rows: claimers pass over an item
+// whose row an open transaction deletes or updates. Claimers only try a lock; everyone else waits for it: first
 // briefly on a condition variable that every release wakes, then on the
 // holder's transaction, where PostgreSQL's deadlock detector sees the wait.
 //
@@ -56,6 +58,16 @@ int xact_lock_busy_tag(LockSpace space, uint64 key);
 // callbacks do it too; waking waiters calls it first, so that they find the
 // items free). Never raises.
 void xact_locks_release_all();
+
+// Registers the transaction callbacks (from _PG_init with the preload, so
+// that every backend, also one that only runs COMMIT PREPARED, frees what
+// prepared transactions held when they end).
+void xact_locks_register();
+
+// Whether a transaction prepared before the last start of the server is
+// still open: which items it holds is then known from its rows only
+// (claimers also look for claim rows that open transactions inserted).
+bool xact_locks_prepared_unknown();
 
 // Whether the locks live in shared memory (false without the preload).
 bool xact_locks_in_shmem();

@@ -46,6 +46,7 @@ int add_db_slot_locked(Oid db, TimestampTz now) {
         s->nnotify = 0;
         s->notify_all = false;
         pg_atomic_write_u32(&s->notify_pending, 0);
+        pg_atomic_write_u64(&s->duties_at, 0);
         s->cycles = s->promoted = s->expired = s->killed = s->notifies = s->purged = 0;
         return i;
     }
@@ -111,6 +112,25 @@ void poke_launcher() {
     pg_atomic_write_u32(&shared->rescan, 1);
     Latch *l = shared->launcher_latch;
     if (l != nullptr) SetLatch(l);
+}
+
+void request_duties_at(TimestampTz at) {
+    if (shared == nullptr || at <= 0) return;
+    DbSlot *slot = my_db_slot();
+    if (slot == nullptr) return;
+    uint64 want = (uint64)at;
+    uint64 cur = pg_atomic_read_u64(&slot->duties_at);
+    while (cur == 0 || want < cur) {
+        if (pg_atomic_compare_exchange_u64(&slot->duties_at, &cur, want)) {
+            Latch *l = slot->latch;
+            if (l != nullptr) SetLatch(l);
+            break;
+        }
+    }
+}
+
+TimestampTz take_duties_at(DbSlot *slot) {
+    return (TimestampTz)pg_atomic_exchange_u64(&slot->duties_at, 0);
 }
 
 void at_commit_poke(bool launcher, bool worker) {

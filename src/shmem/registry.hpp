@@ -26,4 +26,12 @@ void at_commit_poke(bool launcher, bool worker);
 // For xact_end.cpp: the pokes asked for, at COMMIT (else dropped). No raise.
 void pokes_at_xact_end(bool commit);
 
+// Asks this database's worker for a round with duties (promotion of due
+// items) at `at`, when that is before the round it planned: an item was
+// scheduled for then (durable sleeps, docs/steps.md). At once, not at
+// commit: a round that finds nothing due costs one round. No raise.
+void request_duties_at(TimestampTz at);
+// For the worker: the earliest time asked for since it last looked (0: none).
+TimestampTz take_duties_at(DbSlot *slot);
+
 }  // namespace pgclaim::shmem

@@ -77,6 +77,7 @@ void shmem_startup() {
         for (int i = 0; i < kMaxDbSlots; ++i) {
             SpinLockInit(&shared->dbs[i].mutex);
             pg_atomic_init_u32(&shared->dbs[i].notify_pending, 0);
+            pg_atomic_init_u64(&shared->dbs[i].duties_at, 0);
         }
         for (int i = 0; i < kFrontierSlots; ++i) SpinLockInit(&shared->frontiers[i].mutex);
         shared->nwaiter_slots = waiter_slots();

@@ -71,6 +71,9 @@ struct DbSlot {
     bool notify_all;
     int32 notify_queues[kNotifyQueues];
     pg_atomic_uint32 notify_pending;
+    // The earliest time a backend asked for a round with duties (an item
+    // scheduled before the worker's next round; 0: none), see registry.hpp.
+    pg_atomic_uint64 duties_at;
     // Statistics (written by the worker only).
     uint64 cycles, promoted, expired, killed, notifies, purged;
 };

@@ -219,8 +219,7 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
         (int64)pg_atomic_read_u64(&shared->wake_all_stamp) < baseline) {
         PG_TRY();
         {
-            (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
-                            PG_WAIT_EXTENSION);
+            wait_latch(ms);
         }
         PG_FINALLY();
         {
@@ -241,6 +240,9 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
         baton.key = key;
     }
     CHECK_FOR_INTERRUPTS();
+    // What the caller does next (claim, grant) is for a client that is
+    // still there.
+    check_client();
     return woken;
 }
 

@@ -148,6 +148,9 @@ void loop_once() {
     }
     last_round = now;
 
+    // A backend scheduled an item before the round planned (registry.hpp).
+    TimestampTz asked = take_duties_at(slot);
+    if (asked > 0 && asked < next_due) next_due = asked;
     bool duties = now >= next_due;
     round_expiry = last_expiry;
     TimestampTz expiry = last_expiry;

@@ -7,6 +7,8 @@
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
+#include "pg/steps_store.hpp"
+#include "pg/switchover.hpp"
 #include "pg/worker_txn.hpp"
 #include "shmem/notify.hpp"
 #include "shmem/wakeup.hpp"
@@ -81,6 +83,19 @@ Stmt s_lease_purge = {
 
 // When the last purge round ran (this worker process).
 TimestampTz last_purge = 0;
+
+// Durable steps (pg/steps_store.hpp): the checkpoints of items that are
+// gone, old events and orphaned waits go, looked for every 10 seconds (at
+// once again after a full batch).
+constexpr int64 kStepsPurgeEveryUs = 10 * USECS_PER_SEC;
+TimestampTz last_steps_purge = 0;
+
+void steps_duties(TimestampTz now, TimestampTz *next) {
+    if (now - last_steps_purge < kStepsPurgeEveryUs || !pg::steps_catalog()) return;
+    int64 purged = pg::purge_steps(now);
+    last_steps_purge = purged >= pg::kStepsPurgeBatch ? 0 : now;
+    if (purged >= pg::kStepsPurgeBatch) *next = now;
+}
 
 bool have_leases() {
     Oid nsp = get_namespace_oid("claim", true);
@@ -217,6 +232,13 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
 
     TimestampTz now = GetCurrentTimestamp();
     int64 counts[3] = {0, 0, 0};  // promoted, expired, killed: counted once committed
+    // The subscriber of a logical replication of pg_claim's tables does no
+    // duties until the switchover: the source does them, and what they
+    // change arrives by the subscription (docs/operations.md).
+    if (duties && pg::switchover::copy_in_progress()) {
+        *next = now + (int64)guc_worker_naptime_ms * 1000;
+        duties = false;
+    }
     if (duties) {
         *next = now + (int64)guc_worker_naptime_ms * 1000;
         // Scheduled items that are due become ready.
@@ -229,6 +251,7 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         // Due schedules enqueue their items (claim.enqueue wakes claimers at commit).
         (void)pg::fire_schedules(now, next);
         if (have_leases()) lease_duties(slot, now, *last_expiry, next);
+        steps_duties(now, next);
         // Finished items past their queue's retention go (the history ring
         // moves on; dead items are deleted).
         (void)pg::rotate_history(now);
@@ -239,6 +262,8 @@ bool run_round(DbSlot *slot, bool duties, TimestampTz *last_expiry, TimestampTz 
         earliest(next, 1);
         earliest(next, 2);
         pg::free_result();
+        // The token ceiling, for a subscriber of this database.
+        pg::switchover::publish_token_mark();
         counts[0] = promoted;
         counts[1] = expired;
         counts[2] = killed;

@@ -20,7 +20,8 @@ import psycopg
 from pg_claim_dashboard import Dashboard, View
 
 results = []
-SECTIONS = ("charts", "queues", "fair-keys", "dead", "claims", "finished", "blocked-groups", "leases", "schedules")
+SECTIONS = ("charts", "queues", "fair-keys", "dead", "claims", "finished", "steps", "blocked-groups", "leases",
+            "schedules")
 
 
 def check(what, cond, why=""):

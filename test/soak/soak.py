@@ -14,6 +14,11 @@ Clients (one connection each, every one of them reconnects after losing it):
               one stalls past its TTL before writing.
   once        callers of claim.once racing on the same keys; the caller that
               gets true writes soak_once_effects in the same transaction.
+  durable     a producer of three-step durable runs (soak_runs) and workers
+              that run them with claim.step / step_done, each step's effect in
+              soak_step_effects in the step's transaction; some runs sleep
+              (claim.sleep_for) between steps 2 and 3, and some workers stall
+              past the lease between steps (the next step_done must refuse).
   chaos       terminates random client backends, cancels running statements
               (waits first), and crash-restarts the server (immediate stop,
               start) several times.
@@ -326,6 +331,68 @@ class OnceCaller(Client):
         time.sleep(self.rng.uniform(0, 0.01))
 
 
+# --- durable runs (docs/steps.md) ---------------------------------------------------
+
+class DurableProducer(Client):
+    kind = "producer"
+    stopper = stop_load
+
+    def step(self, conn):
+        while backlog() > MAX_BACKLOG and not stop_load.is_set():
+            time.sleep(0.05)
+        with conn.transaction():
+            item_id = conn.execute("SELECT claim.enqueue('soak_durable')").fetchone()[0]
+            conn.execute("INSERT INTO soak_runs (item_id) VALUES (%s)", (item_id,))
+        count("enqueued durable")
+        time.sleep(self.rng.uniform(0.0, 0.02))
+
+
+class DurableWorker(Client):
+    kind = "durable"
+
+    def step(self, conn):
+        rows = conn.execute(
+            "SELECT id, token FROM claim.claim_next('soak_durable', 1, lease => %s::interval,"
+            " wait => '0.5 seconds', worker => %s)", (LEASE, self.name)).fetchall()
+        if not rows:
+            count("empty claims")
+            return
+        item_id, token = rows[0]
+        stalled = False
+        for n in (1, 2, 3):
+            if n == 3:
+                # Some runs sleep once between steps 2 and 3 (the nap is a step).
+                with conn.transaction():
+                    napped = conn.execute("SELECT claim.step(%s::bigint, 'nap') IS NOT NULL",
+                                          (token,)).fetchone()[0]
+                    if not napped and self.rng.random() < 0.2:
+                        conn.execute("SELECT claim.step_done(%s::bigint, 'nap')", (token,))
+                        conn.execute("SELECT claim.sleep_for(%s::bigint, '0.2 seconds')", (token,))
+                        count("durable sleeps")
+                        return
+            if self.rng.random() < STALL_P and not stop_load.is_set():
+                count("stalls")
+                stalled = True
+                time.sleep(2.3)      # past the 2 s lease: step / step_done must refuse
+            with conn.transaction():
+                done = conn.execute("SELECT claim.step(%s::bigint, %s) IS NOT NULL",
+                                    (token, f"s{n}")).fetchone()[0]
+                if not done:
+                    conn.execute("INSERT INTO soak_step_effects (item_id, step, token)"
+                                 " VALUES (%s, %s, %s)", (item_id, n, token))
+                    conn.execute("SELECT claim.step_done(%s::bigint, %s, to_jsonb(%s::int))",
+                                 (token, f"s{n}", n))
+                    count("durable steps")
+            if stalled:
+                count("stale committed")   # the lease had run out: this commit must not happen
+                stalled = False
+        with conn.transaction():
+            conn.execute("SELECT claim.assert_token(%s::bigint)", (token,))
+            conn.execute("INSERT INTO soak_runs_done (item_id) VALUES (%s)", (item_id,))
+            conn.execute("SELECT claim.complete(%s::bigint)", (token,))
+        count("durable runs completed")
+
+
 # --- chaos ---------------------------------------------------------------------
 
 def pg_ctl(*args):
@@ -401,7 +468,7 @@ def sql(query, params=None):
 def remaining():
     return sql("SELECT count(*) FILTER (WHERE i.state = 'r'), count(*) FILTER (WHERE i.state = 'd')"
                " FROM claim.items i JOIN claim.queues q USING (queue_id)"
-               " WHERE q.name IN ('soak_q', 'soak_trig')")[0]
+               " WHERE q.name IN ('soak_q', 'soak_trig', 'soak_durable')")[0]
 
 
 def main():
@@ -415,6 +482,8 @@ def main():
                Worker("soak-work-group-2", "group_claim", ["soak_trig", "soak_q"])]
     holders = [LeaseHolder(f"soak-lease-{i}") for i in range(1, 4)]
     oncers = [OnceCaller(f"soak-once-{i}") for i in range(1, 4)]
+    producers.append(DurableProducer("soak-prod-durable"))
+    workers += [DurableWorker(f"soak-durable-{i}") for i in range(1, 3)]
     chaos = Chaos("soak-chaos")
     everyone = producers + workers + holders + oncers + [chaos]
     t0 = time.monotonic()
@@ -502,14 +571,24 @@ def main():
         "SELECT count(*) FROM (SELECT key FROM soak_once_effects EXCEPT"
         " SELECT key FROM claim.once_keys) d")[0][0]
     once_effects = sql("SELECT count(*) FROM soak_once_effects")[0][0]
+    # durable runs: no step ran twice, no run lost, no run completed without its steps
+    steps_twice = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_step_effects"
+                      " GROUP BY item_id, step HAVING count(*) > 1) d")[0][0]
+    runs_lost = sql("SELECT count(*) FROM soak_runs r WHERE NOT EXISTS"
+                    " (SELECT FROM soak_runs_done d WHERE d.item_id = r.item_id)")[0][0]
+    runs_twice = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_runs_done"
+                     " GROUP BY item_id HAVING count(*) > 1) d")[0][0]
+    runs_short = sql("SELECT count(*) FROM soak_runs_done d WHERE (SELECT count(DISTINCT step)"
+                     " FROM soak_step_effects e WHERE e.item_id = d.item_id) <> 3")[0][0]
+    runs_done = sql("SELECT count(*) FROM soak_runs_done")[0][0]
 
     print(f"enqueued: {enqueued} (single {by_kind.get('single', 0)}, batch {by_kind.get('batch', 0)},"
           f" trigger {by_kind.get('trigger', 0)} from {trig_rows} rows); effects: {effects}"
           f" ({distinct_effects} distinct); left ready: {ready}; dead: {dead}")
-    print(f"fenced writes: {fenced}; once effects: {once_effects}")
+    print(f"fenced writes: {fenced}; once effects: {once_effects}; durable runs completed: {runs_done}")
     with stats_lock:
         s = dict(stats)
-    stale_claims = s.get("stale refused: worker", 0)
+    stale_claims = s.get("stale refused: worker", 0) + s.get("stale refused: durable", 0)
     stale_leases = s.get("stale refused: lease", 0)
     faults = {k[len('fault: '):]: v for k, v in s.items() if k.startswith("fault: ")}
     print(f"stale holders refused (PC001): {stale_claims + stale_leases}"
@@ -526,11 +605,15 @@ def main():
     # a holder that stalled past its lease or TTL and still committed
     check("fencing violations", fencing + counter_gaps + s.get("stale committed", 0))
     check("once violations", once_dup + once_unmatched)
+    check("durable steps run twice", steps_twice)
+    check("durable runs lost", runs_lost)
+    check("durable runs completed twice or without their steps", runs_twice + runs_short)
     check("dead items", dead)
     check("script errors", s.get("script error", 0))
     print("the faults bit (each must be above 0):")
     check("items enqueued", enqueued, must_be_zero=False)
     check("fenced writes", fenced, must_be_zero=False)
+    check("durable runs completed", runs_done, must_be_zero=False)
     check("stale holders refused", stale_claims + stale_leases, must_be_zero=False)
     check("backends terminated", faults.get("backend terminated", 0), must_be_zero=False)
     check("statements cancelled", faults.get("statement cancelled", 0), must_be_zero=False)

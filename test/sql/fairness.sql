@@ -133,6 +133,34 @@ SELECT has_function_privilege('claim_producer', 'claim.set_fair_weight(text, tex
        has_function_privilege('claim_admin', 'claim.set_fair_weight(text, text, integer)', 'EXECUTE') AS admin,
        has_function_privilege('public', 'claim.set_fair_weight(text, text, integer)', 'EXECUTE') AS public;
 
+-- A fair key added in a savepoint that rolls back goes with it: an item
+-- enqueued later with the same key gets a key that claim.fair_keys has.
+SELECT claim.create_queue('fair_s', fair => true);
+BEGIN;
+SAVEPOINT s;
+SELECT claim.enqueue('fair_s', '{"n": 1}', fair_key => 'S') > 0 AS ok;
+ROLLBACK TO SAVEPOINT s;
+SELECT claim.enqueue('fair_s', '{"n": 2}', fair_key => 'S') > 0 AS ok;
+COMMIT;
+SELECT count(*) AS items_without_their_key FROM claim.items i
+ WHERE i.queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'fair_s')
+   AND NOT EXISTS (SELECT FROM claim.fair_keys f WHERE f.key_id = i.fair_key_id);
+
+-- Fair share holds inside one transaction: 2,000 items of A, then one of
+-- B; fifty claims in one statement, and fifty in one transaction, each
+-- hand B out.
+SELECT count(*) FROM claim.enqueue_many('fair_s', (SELECT array_agg(jsonb_build_object('k', 'A')) FROM generate_series(1, 2000)), fair_key => 'A');
+SELECT claim.enqueue('fair_s', '{"k": "B"}', fair_key => 'B') > 0 AS ok;
+BEGIN;
+SELECT count(*) FILTER (WHERE payload->>'k' = 'B') AS b_in_one_statement FROM claim.claim_next('fair_s', n => 50);
+ROLLBACK;
+BEGIN;
+CREATE TEMP TABLE got_fair (k text) ON COMMIT DROP;
+DO $$ BEGIN FOR i IN 1..50 LOOP INSERT INTO got_fair SELECT payload->>'k' FROM claim.claim_next('fair_s'); END LOOP; END $$;
+SELECT count(*) FILTER (WHERE k = 'B') AS b_in_one_transaction FROM got_fair;
+COMMIT;
+SELECT claim.drop_queue('fair_s');
+
 -- drop_queue takes the queue's keys with it.
 SELECT claim.drop_queue('fair_c');
 SELECT count(*) FROM claim.fair_keys f WHERE NOT EXISTS (SELECT FROM claim.queues q WHERE q.queue_id = f.queue_id);

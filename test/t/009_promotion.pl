@@ -158,12 +158,20 @@ my %writes = (
 	'schedule'      => q{SELECT claim.schedule('sched2', '* * * * *', 's')},
 	'unschedule'    => q{SELECT claim.unschedule('sched')},
 	'set_partition' => q{SELECT claim.set_partition(1)},
-	'set_fair_weight' => q{SELECT claim.set_fair_weight('s', 'k', 2)},);
+	'set_fair_weight' => q{SELECT claim.set_fair_weight('s', 'k', 2)},
+	'step'           => "SELECT claim.step($tok, 'a')",
+	'step_done'      => "SELECT claim.step_done($tok, 'a')",
+	'sleep'          => "SELECT claim.sleep($tok, now() + interval '1 minute')",
+	'sleep_for'      => "SELECT claim.sleep_for($tok, '1 minute')",
+	'await_event'    => "SELECT claim.await_event($tok, 'e', '1 minute')",
+	'await_children' => "SELECT claim.await_children($tok, ARRAY[1]::bigint[])",
+	'emit_event'     => q{SELECT claim.emit_event('e', '{}')},);
 # Functions that only read (they work on a standby), and the trigger
 # functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
   queue_counters metrics worker_status lock_table enqueue_trigger _claim_rows _claim_times _lease_releases
-  _finished_ring_restore _fair_state);
+  _finished_ring_restore _fair_state _follow_copy
+  _steps_wake _steps_wait_children _steps_claim _steps_park);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

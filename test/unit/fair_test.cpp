@@ -127,3 +127,31 @@ TEST(Fair, WeightsClampedAndKept) {
     EXPECT_EQ(fair_find(tb.t, 5)->weight, 1);
     EXPECT_EQ(fair_stride(0), kStrideOne);
 }
+
+// Near the end of int64: the passes of a weight-1 key would overflow after
+// about 9.2e9 picks. Started just below the limit, picks go on with the
+// weights still deciding (3:1), and no pass wraps.
+TEST(Fair, NoOverflowNearTheLimit) {
+    Table tb(8);
+    ASSERT_TRUE(fair_activate(tb.t, 1, 3));
+    ASSERT_TRUE(fair_activate(tb.t, 2, 1));
+    ASSERT_TRUE(fair_activate(tb.t, 3, 1));
+    fair_deactivate(tb.t, 3);  // an inactive key with an old pass
+    const int64_t near = INT64_MAX - 50 * kStrideOne;
+    tb.t->vtime = near;
+    for (int32_t i = 0; i < tb.t->nkeys; ++i)
+        tb.t->keys[i].pass = tb.t->keys[i].key_id == 3 ? 0 : near;
+    std::map<int32_t, int> total;
+    for (int round = 0; round < 100; ++round) {
+        for (auto [k, n] : count_picks(tb.t, 40)) total[k] += n;
+        for (int32_t i = 0; i < tb.t->nkeys; ++i) ASSERT_GE(tb.t->keys[i].pass, 0);
+        ASSERT_GE(tb.t->vtime, 0);
+    }
+    EXPECT_EQ(total[1] + total[2], 4000);
+    EXPECT_NEAR(total[1], 3000, 2);
+    EXPECT_NEAR(total[2], 1000, 2);
+    // The inactive key comes back at the virtual time: no credit saved.
+    ASSERT_TRUE(fair_activate(tb.t, 3, 1));
+    auto m = count_picks(tb.t, 50);
+    EXPECT_LE(m[3], 15);
+}

@@ -12,6 +12,7 @@ from ._common import Interval, Job, Retry, WorkerStats
 from ._features import Features
 from .aio import AsyncWorker
 from .client import Client, ItemState, QueueStats
+from .durable import Context as DurableContext, Durable, Suspended, durable
 from .errors import (Cancelled, InvalidArgument, InvalidName, NotInstalled, NotSupported,
                      NullArgument, PermissionDenied, PermitMismatch, PgClaimError, QueueExists,
                      ReadOnly, StaleToken, Transient, UnknownQueue, classify, error_class,
@@ -28,4 +29,5 @@ __all__ = [
     "PermitMismatch", "PgClaimError", "QueueExists", "QueueStats", "ReadOnly", "Retry",
     "StaleToken", "Transient", "UnknownQueue", "Worker", "WorkerStats", "classify",
     "default_conninfo", "default_worker_name", "error_class", "map_error",
+    "Durable", "DurableContext", "Suspended", "durable",
 ]

@@ -200,6 +200,10 @@ class Dashboard:
                 ("dead", "Dead items", lambda: self.dead(conn, admin, view)),
                 ("claims", "Claims", lambda: self.claims(conn, admin, view)),
                 ("finished", "Finished items", lambda: self.finished(conn, view)),
+                ("steps", "Run steps", lambda: self.simple(
+                    conn, "steps", "Run steps", "claim.item_steps",
+                    "SELECT queue, id, step, output, token, done_at FROM claim.item_steps "
+                    "ORDER BY id DESC, done_at DESC LIMIT %s")),
                 ("blocked-groups", "Blocked groups", lambda: self.simple(
                     conn, "blocked-groups", "Blocked groups", "claim.blocked_groups",
                     "SELECT * FROM claim.blocked_groups ORDER BY 1, 2 LIMIT %s")),

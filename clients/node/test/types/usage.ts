@@ -60,3 +60,20 @@ async function use(): Promise<void> {
   void state; void n; void rows;
 }
 void use;
+
+// Durable runs (docs/steps.md).
+import { durable, Suspended } from '../..';
+const orderRun = durable<{ amount: number }, { paid: number }>(async (ctx) => {
+  const paid = await ctx.transaction('charge', async (client) => {
+    await client.query('SELECT 1');
+    return ctx.payload.amount;
+  });
+  await ctx.sleep(1000);
+  await ctx.step('ship', () => ctx.key('ship'));
+  const kids: number[] = await ctx.awaitChildren<number>(['1', 2]);
+  void kids;
+  void (await ctx.awaitEvent('paid', '1 hour'));
+  return { paid };
+});
+void orderRun.run('orders', { maxRuns: 1 });
+void Suspended;
