@@ -102,7 +102,7 @@ if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 && $INSTALL_MODE == deb ]]; then
         echo "test/setup.sh: dpkg-buildpackage failed (log: $debdir/build.log)" >&2
         exit 1
     fi
-    debs=("$debdir"/postgresql-*-pg-claim*.deb)
+    debs=("$debdir"/postgresql-*-pg-claim_*.deb "$debdir"/postgresql-*-pg-claim-proxy_*.deb)
     say "installing ${debs[*]##*/}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --reinstall \
         "${debs[@]}" </dev/null

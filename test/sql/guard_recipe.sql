@@ -64,3 +64,6 @@ SELECT provider.charge(:'token', 990) IS NOT NULL AS charged_again;
 SELECT claim.guard_finish('charge:order-18', :token, '{}');
 -- two charges for one order
 SELECT count(*) AS charges FROM provider.charges WHERE idempotency_key <> 'charge:order-17';
+
+DROP SCHEMA provider CASCADE;
+DROP EXTENSION pg_claim;

@@ -20,3 +20,6 @@ COMMIT;
 SELECT queue, ready, claimed, dead FROM claim.queue_stats WHERE queue = 'emails';
 -- (not in the README) the worker's write is there, for the item the producer made
 SELECT item_id = :item_id AS same_item, address FROM sent_mail;
+
+DROP TABLE sent_mail;
+DROP EXTENSION pg_claim;
