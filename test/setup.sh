@@ -108,6 +108,7 @@ if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 && $INSTALL_MODE == deb ]]; then
         "${debs[@]}" </dev/null
     dpkg-query -W -f='${Status}' "postgresql-$PG_MAJOR-pg-claim" 2>/dev/null | grep -q 'install ok installed' || {
         echo "test/setup.sh: postgresql-$PG_MAJOR-pg-claim is not installed after apt-get" >&2; exit 1; }
+    rm -rf "$debdir/src"   # the packages and build.log stay
 elif [[ "${PGCLAIM_NO_BUILD:-0}" != 1 ]]; then
     say "building pg_claim (make -j$JOBS)"
     make -C "$ROOT" -j"$JOBS" PG_CONFIG="$PG_CONFIG"
