@@ -106,3 +106,12 @@ layer-check:
 	  echo 'layer rule: only src/pg may call these (README.md, "Layout"); move the call into src/pg' >&2; exit 1; fi
 
 $(OBJS): | layer-check
+
+# The version is pg_claim.control's default_version; META.json (PGXN) and
+# debian/changelog repeat it, and test/version_check.py holds them to it.
+# make installcheck (the regress layer of test/run-tests.sh) runs it first.
+.PHONY: version-check
+version-check:
+	@python3 test/version_check.py
+
+installcheck: version-check

@@ -31,7 +31,11 @@
 #      (--help, and `pg_claim stats` through PG_CLAIM_DSN and through the PG*
 #      variables); `npm install --install-links <clients/node>` in a fresh
 #      directory, whose app then loads pg-claim and pg and reads the stats
-#      (skipped, with its reason, when npm cannot reach its registry).
+#      (skipped, with its reason, when npm cannot reach its registry); the
+#      packages of each README: the Python sdist and wheel built with Debian's
+#      python3-build (--no-isolation, nothing fetched), each installed offline
+#      into a fresh virtualenv; the Node client's `npm pack` tarball installed
+#      in a fresh directory.
 # Prints a summary; the last line is "clients: N passed, N failed" (pytest tests,
 # node test cases and top-level Go tests; a suite that cannot run counts as one
 # failure). Exits
@@ -64,7 +68,7 @@ harness clients
 
 # --- 1. packages --------------------------------------------------------------
 need_packages python3 python3-psycopg python3-pytest python3-pytest-timeout python3-pip python3-venv \
-    python3-setuptools pgbouncer util-linux iproute2 || exit 1
+    python3-setuptools python3-build python3-wheel pgbouncer util-linux iproute2 || exit 1
 # Node: only when the Node client exists, and only what is missing (a node
 # from elsewhere, e.g. NodeSource, brings its own npm and conflicts with
 # Debian's npm package).
@@ -233,6 +237,26 @@ if "$PY" -m venv --system-site-packages "$SCRATCH/venv" &&
 else
     FAILED=$((FAILED + 1)); SUMMARY+=("python: pip install: FAILED")
 fi
+# The sdist and the wheel, built as the README says (Debian's python3-build,
+# no PyPI), each installed offline into a fresh virtualenv.
+say "python -m build --no-isolation clients/python; pip install the wheel, then the sdist"
+cp -r "$ROOT/clients/python" "$SCRATCH/pybuild"
+rm -rf "$SCRATCH/pybuild/build" "$SCRATCH"/pybuild/*.egg-info "$SCRATCH/pybuild/dist"
+if (cd "$SCRATCH/pybuild" && "$PY" -m build --no-isolation --sdist --wheel --outdir dist . >"$SCRATCH/pybuild.log" 2>&1); then
+    for dist in "$SCRATCH"/pybuild/dist/pg_claim-*.whl "$SCRATCH"/pybuild/dist/pg_claim-*.tar.gz; do
+        kind=wheel; [[ $dist == *.tar.gz ]] && kind=sdist
+        rm -rf "$SCRATCH/venv-$kind"
+        if "$PY" -m venv --system-site-packages "$SCRATCH/venv-$kind" &&
+           "$SCRATCH/venv-$kind/bin/pip" install -q --no-index --no-build-isolation "$dist" &&
+           (cd "$SCRATCH" && env -u PG_CLAIM_DSN PG_CLAIM_DSN="$DIRECT" "$SCRATCH/venv-$kind/bin/pg_claim" stats >/dev/null); then
+            PASSED=$((PASSED + 1)); SUMMARY+=("python: $kind ${dist##*/} installs: ok")
+        else
+            FAILED=$((FAILED + 1)); SUMMARY+=("python: $kind ${dist##*/} installs: FAILED")
+        fi
+    done
+else
+    FAILED=$((FAILED + 1)); SUMMARY+=("python: python3 -m build: FAILED (log: $SCRATCH/pybuild.log)")
+fi
 fi
 
 # both_ways RUN SUITE: RUN (run_python or run_node) directly, then through
@@ -295,6 +319,20 @@ c.stats().then(() => c.close()).then(() => console.log('fresh app: ok'), (e) => 
             PASSED=$((PASSED + 1)); SUMMARY+=("node: npm install --install-links in a fresh directory: ok")
         else
             FAILED=$((FAILED + 1)); SUMMARY+=("node: npm install --install-links in a fresh directory: FAILED")
+        fi
+        # The README's npm pack tarball, installed in another fresh directory.
+        say "npm pack clients/node; npm install the tarball in a fresh directory"
+        APP="$SCRATCH/packapp"
+        mkdir -p "$APP" "$SCRATCH/npmpack"
+        if (cd "$ROOT/clients/node" && npm pack --silent --pack-destination "$SCRATCH/npmpack" >/dev/null) &&
+           (cd "$APP" && timeout 300 npm install --no-audit --no-fund "$SCRATCH"/npmpack/pg-claim-*.tgz >/dev/null &&
+            PG_CLAIM_DSN="$DIRECT" timeout 60 node -e "
+const { Client } = require('pg-claim');
+const c = new Client();
+c.stats().then(() => c.close()).then(() => console.log('packed app: ok'), (e) => { console.error(e); process.exit(1); });"); then
+            PASSED=$((PASSED + 1)); SUMMARY+=("node: npm pack tarball in a fresh directory: ok")
+        else
+            FAILED=$((FAILED + 1)); SUMMARY+=("node: npm pack tarball in a fresh directory: FAILED")
         fi
     elif [[ -n "$NODE_DEPS" ]]; then
         SUMMARY+=("node: fresh-directory install skipped: npm cannot reach its registry")

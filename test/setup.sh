@@ -4,7 +4,9 @@
 #
 # Run as root from anywhere; idempotent and fast on re-runs:
 #   1. installs the missing Debian packages (apt only when something is missing),
-#   2. builds the extension with PGXS and installs it into PostgreSQL $PG_MAJOR,
+#   2. builds the extension with PGXS and installs it into PostgreSQL $PG_MAJOR
+#      (or, with PGCLAIM_INSTALL=deb, builds the Debian packages of debian/
+#      and installs them with apt, so that the tests run against the package),
 #   3. creates the unprivileged OS user that runs every test server
 #      (PostgreSQL refuses to run as root).
 #
@@ -13,6 +15,10 @@
 #                    the highest installed, else the system's default)
 #   PGCLAIM_USER     OS user for the servers            (default: pgclaim)
 #   PGCLAIM_NO_BUILD set to 1 to skip make / make install
+#   PGCLAIM_INSTALL  make (default): make install from the tree;
+#                    deb: dpkg-buildpackage in a copy of the tree, then
+#                    apt-get install of postgresql-NN-pg-claim and
+#                    postgresql-NN-pg-claim-proxy for every major built
 #   JOBS             parallel make jobs                  (default: 2)
 set -euo pipefail
 
@@ -43,6 +49,12 @@ PACKAGES=(
 # for the Python client's direct routing in TAP 142
 PACKAGES+=("postgresql-$PG_MAJOR-plproxy" python3-psycopg)
 # <<< pg_claim_proxy
+INSTALL_MODE="${PGCLAIM_INSTALL:-make}"
+case $INSTALL_MODE in
+    make) ;;
+    deb)  PACKAGES+=(debhelper dpkg-dev postgresql-server-dev-all) ;;  # debian/control's Build-Depends
+    *)    echo "test/setup.sh: PGCLAIM_INSTALL must be make or deb, not '$INSTALL_MODE'" >&2; exit 1 ;;
+esac
 missing=()
 for p in "${PACKAGES[@]}"; do
     # "install ok installed" is the only state that counts; half-configured
@@ -75,7 +87,29 @@ for p in "${OPTIONAL[@]}"; do
 done
 
 # --- 2. build and install -----------------------------------------------------
-if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 ]]; then
+if [[ "${PGCLAIM_NO_BUILD:-0}" != 1 && $INSTALL_MODE == deb ]]; then
+    # The packages are built in a copy, so that the tree keeps no build
+    # products of theirs; debian/control is regenerated for the majors
+    # installed here (PG_UPDATECONTROL, pg_buildext checkcontrol).
+    debdir=$(mktemp -d /tmp/pg_claim-deb.XXXXXX)
+    mkdir "$debdir/src"
+    tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude=./test/artifacts \
+        --exclude=node_modules -cf - . | tar -C "$debdir/src" -xf -
+    say "building the Debian packages in $debdir (dpkg-buildpackage -b, log: $debdir/build.log)"
+    if ! (cd "$debdir/src" && PG_UPDATECONTROL=yes DEB_BUILD_OPTIONS="nocheck parallel=$JOBS" \
+            dpkg-buildpackage -us -uc -b) >"$debdir/build.log" 2>&1; then
+        tail -n 40 "$debdir/build.log" >&2
+        echo "test/setup.sh: dpkg-buildpackage failed (log: $debdir/build.log)" >&2
+        exit 1
+    fi
+    debs=("$debdir"/postgresql-*-pg-claim_*.deb "$debdir"/postgresql-*-pg-claim-proxy_*.deb)
+    say "installing ${debs[*]##*/}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --reinstall \
+        "${debs[@]}" </dev/null
+    dpkg-query -W -f='${Status}' "postgresql-$PG_MAJOR-pg-claim" 2>/dev/null | grep -q 'install ok installed' || {
+        echo "test/setup.sh: postgresql-$PG_MAJOR-pg-claim is not installed after apt-get" >&2; exit 1; }
+    rm -rf "$debdir/src"   # the packages and build.log stay
+elif [[ "${PGCLAIM_NO_BUILD:-0}" != 1 ]]; then
     say "building pg_claim (make -j$JOBS)"
     make -C "$ROOT" -j"$JOBS" PG_CONFIG="$PG_CONFIG"
     say "installing pg_claim"

@@ -128,8 +128,8 @@ int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {
 void stale_token(int64 token, const char *why) {
     pg::error({pg::kStaleToken,
                "The lease expired, or the item was re-claimed, completed, failed or released. "
-               "Discard this worker's result; the item is (or will be) delivered again under a "
-               "new token.",
+               "Discard this worker's result. An item that was completed, cancelled or is dead "
+               "is not delivered again; any other is (or will be), under a new token.",
                why},
               "token %lld is not a live claim", (long long)token);
 }

@@ -81,7 +81,25 @@ try:
     check("failing sections: the claims, leases and schedules are shown",
           all("could not" not in section_html(page, s) and section_html(page, s) for s in ("claims", "leases", "schedules")))
 
-    # 3. No database: a page that says so (503), not a traceback.
+    # 3. Without shared_preload_libraries claim.metrics() counts nothing: its
+    # counters are NULL, and the queues section says why, in red (a preloaded
+    # server, as here, shows no such line).
+    class NoPreload(Dashboard):
+        def query(self, conn, sql, params=()):
+            cols, rows, refusal = Dashboard.query(conn, sql, params)
+            if "claim.metrics()" in sql and not refusal:
+                counters = {"enqueued", "claimed", "completed", "failed", "dead", "expired", "cancelled"}
+                rows = [tuple(None if c in counters else v for c, v in zip(cols, r)) for r in rows]
+            return cols, rows, refusal
+
+    status, page = Dashboard(os.environ["DSN"]).render(View(None, 0))
+    check("preloaded: no missing-preload line", "shared_preload_libraries" not in section_html(page, "queues"))
+    status, page = NoPreload(os.environ["DSN"]).render(View(None, 0))
+    q = section_html(page, "queues")
+    check("no preload: the queues section says that pg_claim is not preloaded",
+          status == 200 and 'class="err"' in q and "not in shared_preload_libraries" in q, q[:300])
+
+    # 4. No database: a page that says so (503), not a traceback.
     status, page = Dashboard("host=/nonexistent port=1 connect_timeout=2").render(View(None, 10))
     check("no database: 503 with a page that says so and refreshes itself",
           status == 503 and "database unreachable" in page and 'http-equiv="refresh"' in page, f"status {status}")

@@ -245,7 +245,7 @@ def main():
     if never:
         print("  never called: " + ", ".join(never))
     # SQLSTATEs that no document of the repository lists (informational: the
-    # README's error table should cover every SQLSTATE a claim function raises)
+    # error table of docs/errors.md should cover every SQLSTATE a claim function raises)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     documented = set()
     for doc in [os.path.join(root, "README.md")] + [

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import getpass
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -156,7 +158,15 @@ def cmd_enqueue(args: argparse.Namespace, client: Client) -> int:
         print(item)
         return 0
     state = client.item_state(args.queue, item, wait=float(args.wait))
-    if state is None or state.state not in ("completed", "dead", "cancelled"):
+    if state is None or state.state is None:
+        # Finished (completed or cancelled) in a queue that keeps no history:
+        # the item, its state and its result are gone.
+        print(json.dumps({"id": item, "state": None, "retained": False}))
+        print(f"pg_claim: item {item} finished, but queue {args.queue} does not retain finished "
+              f"items, so its state and result are gone; claim.alter_queue({args.queue!r}, "
+              f"retain => '1 day') keeps them", file=sys.stderr)
+        return 0
+    if state.state not in ("completed", "dead", "cancelled"):
         print(json.dumps({"id": item, "state": state.state if state else None}))
         return 0
     print(json.dumps({"id": item, "state": state.state, "attempt": state.attempt,
@@ -247,7 +257,8 @@ def cmd_work(args: argparse.Namespace, dsn: str) -> int:
     if not command:
         raise _Fail("work: give the command after --, e.g. pg_claim work QUEUE -- ./handle.sh", 2)
     worker = Worker(dsn, args.queue, command_handler(command, args.timeout),
-                    concurrency=args.concurrency, lease=args.lease, wait=args.wait,
+                    concurrency=args.concurrency, lease=args.lease,
+                    wait=args.wait if args.wait is not None else (0.0 if args.burst else 10.0),
                     grace=args.grace, name=args.name, burst=args.burst, max_jobs=args.max_jobs)
     stats = worker.run()
     logging.getLogger("pg_claim.cli").info(
@@ -381,14 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--concurrency", type=_positive_int, default=1, help="commands at once (1)")
     w.add_argument("--lease", type=_seconds, default=None,
                    help="lease in seconds (default: the queue's); extended while CMD runs")
-    w.add_argument("--wait", type=_seconds, default=10.0,
-                   help="seconds one claim waits in the server (10)")
+    w.add_argument("--wait", type=_seconds, default=None,
+                   help="seconds one claim waits in the server (10; 0 with --burst)")
     w.add_argument("--grace", type=_seconds, default=30.0,
                    help="seconds running commands get after a stop (30)")
     w.add_argument("--timeout", type=_seconds, default=None,
                    help="fail a job whose command runs longer than this")
     w.add_argument("--name", default=None, help="the worker's name (default host:pid)")
-    w.add_argument("--burst", action="store_true", help="return once the queue is empty")
+    w.add_argument("--burst", action="store_true",
+                   help="return once a claim finds no ready item (the queue is drained; items "
+                        "scheduled or backing off for later are left)")
     w.add_argument("--max-jobs", type=_positive_int, default=None,
                    help="return after this many jobs")
     w.set_defaults(func=None, command=[])
@@ -408,6 +421,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="pg_claim: %(levelname)s %(message)s")
     dsn = args.dsn if args.dsn is not None else os.environ.get("PG_CLAIM_DSN", "")
+    source = ("--dsn" if args.dsn is not None
+              else "$PG_CLAIM_DSN" if os.environ.get("PG_CLAIM_DSN") else "libpq's PG* variables")
     try:
         if args.cmd == "work":
             return cmd_work(args, dsn)
@@ -425,9 +440,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if err.sqlstate:
             line += f" (SQLSTATE {err.sqlstate})"
         print(line, file=sys.stderr)
+        if _connect_failed(exc.__cause__ if isinstance(exc, PgClaimError) else exc):
+            print(f"pg_claim: tried {connection_target(dsn)} (from {source})", file=sys.stderr)
         if err.hint:
             print(f"hint: {err.hint}", file=sys.stderr)
         return exit_code(err)
+
+
+def connection_target(dsn: str) -> str:
+    """Where a connection string leads, as libpq resolves it (host, port,
+    database, user; never the password): the DSN's own parameters, else the
+    PG* variables, else libpq's defaults. A string libpq cannot parse is
+    shown as it is, with any password= value masked."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return repr(re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn))
+    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    fields = (("host", params.get("host") or os.environ.get("PGHOST") or "/var/run/postgresql"),
+              ("port", params.get("port") or os.environ.get("PGPORT") or "5432"),
+              ("dbname", params.get("dbname") or os.environ.get("PGDATABASE") or user),
+              ("user", user))
+    return " ".join(f"{k}={v}" for k, v in fields)
+
+
+def _connect_failed(exc: Optional[BaseException]) -> bool:
+    """The error is one of making the connection (or of its string)."""
+    if exc is None:
+        return False
+    if isinstance(exc, psycopg.ProgrammingError) and "connection info" in str(exc):
+        return True
+    return (isinstance(exc, psycopg.OperationalError)
+            and (exc.sqlstate is None or exc.sqlstate[:2] in ("08", "28") or exc.sqlstate == "3D000"))
 
 
 def run() -> None:

@@ -156,6 +156,53 @@ def test_work_runs_a_command_per_job(dsn: str, conn: "psycopg.Connection[Any]",
     assert scalar(conn, "SELECT result FROM claim.item_state(%s, %s::bigint)", (queue, item)) == 2
 
 
+def test_work_burst_returns_when_drained(dsn: str, conn: "psycopg.Connection[Any]",
+                                         queue: str) -> None:
+    # --burst without --wait does not wait in the server: it returns as soon
+    # as a claim finds the queue drained (it used to wait out --wait, 10 s).
+    cli(dsn, "enqueue", queue, "{}")
+    r = cli(dsn, "work", queue, "--burst", "--concurrency", "2", "--", "true", timeout=8)
+    assert r.returncode == 0, r.stderr
+    assert scalar(conn, "SELECT ready + claimed FROM claim.queue_stats WHERE queue = %s",
+                  (queue,)) == 0
+
+
+def test_enqueue_wait_in_a_queue_without_retain(dsn: str, conn: "psycopg.Connection[Any]",
+                                                queue: str) -> None:
+    # The job finishes while enqueue --wait waits; the queue keeps no history,
+    # so the state is gone: the command says so instead of a bare null.
+    import threading
+
+    def finish() -> None:
+        with connect(dsn) as c:
+            row = c.execute("SELECT token FROM claim.claim_next(%s, wait => '10 s')",
+                            (queue,)).fetchone()
+            c.execute("SELECT claim.complete(%s)", (row[0],))
+
+    t = threading.Thread(target=finish)
+    t.start()
+    r = cli(dsn, "enqueue", queue, "{}", "--wait", "10")
+    t.join()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] is None and out["retained"] is False
+    assert "does not retain finished items" in r.stderr and "retain =>" in r.stderr
+
+
+def test_connection_target_is_printed() -> None:
+    # A failed connection names where it tried and where the string came
+    # from; never the password.
+    r = cli("host=/nonexistent-dir port=1 dbname=app user=u password=s3cret", "stats")
+    assert r.returncode == 8, r.stderr
+    assert "tried host=/nonexistent-dir port=1 dbname=app user=u (from $PG_CLAIM_DSN)" in r.stderr
+    r = cli(None, "--dsn", "host=/nonexistent-dir port=1 base password=s3cret", "stats")
+    assert "(from --dsn)" in r.stderr and "password=***" in r.stderr
+    r = cli(None, "stats", env={"PGHOST": "/nonexistent-dir", "PGPORT": "2", "PGUSER": "u"})
+    assert "tried host=/nonexistent-dir port=2 dbname=u user=u (from libpq's PG* variables)" \
+        in r.stderr
+    assert all("s3cret" not in x for x in (r.stderr, r.stdout))
+
+
 def test_work_stops_on_sigterm(dsn: str, conn: "psycopg.Connection[Any]", queue: str) -> None:
     item = int(cli(dsn, "enqueue", queue, "{}").stdout)
     e = dict(os.environ, PG_CLAIM_DSN=dsn)

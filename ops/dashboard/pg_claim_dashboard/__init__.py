@@ -327,6 +327,12 @@ class Dashboard:
                               "</tr>")
             body.append(f'<tr data-queue="{esc(q)}">' + "".join(cells) + "</tr>")
         out = table(head, body)
+        if counters and rows and all(dict(zip(cols, r))[c] is None for r in rows for c in counters):
+            # claim.metrics() counts in shared memory, which only the preload sets up.
+            out = note("claim.metrics() counters are NULL: pg_claim is not in shared_preload_libraries "
+                       "(add it and restart the server). Without it there is no throughput, no "
+                       "schedules, no rate limits, and waits poll instead of being woken.",
+                       "err") + out
         if totals:
             out += ('<details id="counters"><summary>Counters since the server started</summary>' +
                     table(["queue"] + list(counters) + (["waiters"] if "waiters" in cols else []), totals) +
