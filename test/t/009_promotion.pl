@@ -165,13 +165,27 @@ my %writes = (
 	'sleep_for'      => "SELECT claim.sleep_for($tok, '1 minute')",
 	'await_event'    => "SELECT claim.await_event($tok, 'e', '1 minute')",
 	'await_children' => "SELECT claim.await_children($tok, ARRAY[1]::bigint[])",
-	'emit_event'     => q{SELECT claim.emit_event('e', '{}')},);
+	'emit_event'     => q{SELECT claim.emit_event('e', '{}')},
+	'session_open'      => q{SELECT claim.session_open()},
+	'session_keepalive' => q{SELECT claim.session_keepalive(1)},
+	'session_close'     => q{SELECT claim.session_close(1)},
+	'session_lease'     => q{SELECT claim.session_lease(1, 'L3')},
+	'session_claim'     => q{SELECT * FROM claim.session_claim(1, 's')},
+	'session_group_claim' => q{SELECT * FROM claim.session_group_claim(1, 's')},
+	'elect'             => q{SELECT claim.elect('e', '1 minute')},
+	'resign'            => q{SELECT claim.resign('e', 1)},
+	'latch'             => q{SELECT claim.latch('l', 2)},
+	'count_down'        => q{SELECT claim.count_down('l')},);
 # Functions that only read (they work on a standby), and the trigger
 # functions (the INSERT into their tables is refused by PostgreSQL itself).
 my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition cron_next
   queue_counters metrics worker_status lock_table enqueue_trigger _claim_rows _claim_times _lease_releases
   _finished_ring_restore _fair_state _follow_copy
-  _steps_wake _steps_wait_children _steps_claim _steps_park);
+  _steps_wake _steps_wait_children _steps_claim _steps_park
+  leader revision watch latch_wait barrier
+  _coord_attach_claims _coord_attach_lease _coord_compacted _coord_end_session _coord_key
+  _coord_live_until _coord_log _coord_maintain _coord_ms _coord_primary _coord_session
+  _coord_session_claims _coord_token _coord_wait _coord_wake);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

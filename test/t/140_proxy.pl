@@ -46,10 +46,14 @@ sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 			       || pg_get_function_result(p.oid) AS x
 			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
 			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition', 'lock_table')
+			  -- the coordination service runs on one partition (docs/coordination.md, "Partitions")
+			  AND p.proname NOT IN ('session_open', 'session_keepalive', 'session_close', 'session_lease',
+			                        'session_claim', 'session_group_claim', 'elect', 'leader', 'resign',
+			                        'latch', 'count_down', 'latch_wait', 'barrier', 'watch', 'revision')
 			UNION ALL
 			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
 			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
-			WHERE c.relnamespace = 'claim'::regnamespace AND c.relkind = 'v'
+			WHERE c.relnamespace = 'claim'::regnamespace AND c.relkind = 'v' AND c.relname <> 'sessions'
 			GROUP BY c.relname) s};
 	# create_queue at the front has two arguments more (spread queues)
 	my %front_api = map { s/, spread boolean DEFAULT false, partitions integer\[\] DEFAULT NULL::integer\[\]\)/)/r => 1 }
