@@ -8,7 +8,7 @@ EXTENSION    = pg_claim
 MODULE_big   = pg_claim
 PG_CONFIG   ?= pg_config
 
-# Layers, each including only the ones before it (README.md, "Layout"):
+# Layers, each including only the ones before it (docs/development.md, "Layout"):
 # src/core, src/pg, src/shmem, src/api, src/worker, then src/module.cpp.
 LAYERS = core pg shmem api worker
 SRCS = $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.cpp))) src/module.cpp
@@ -93,7 +93,7 @@ sql/pg_claim--0.4.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_cl
 # Every object depends on the headers of every layer.
 $(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))
 
-# The layer rule (README.md, "Layout"): only src/pg touches heap and index
+# The layer rule (docs/development.md, "Layout"): only src/pg touches heap and index
 # scans, heavyweight locks, snapshots and transactions directly. The build
 # stops when src/shmem, src/api, src/worker or src/module.cpp calls one of
 # these functions (as src/core never compiles with postgres.h, CMakeLists.txt).
@@ -103,7 +103,7 @@ PG_ONLY_USERS = $(wildcard src/shmem/*.[ch]pp src/api/*.[ch]pp src/worker/*.[ch]
 .PHONY: layer-check
 layer-check:
 	@if grep -nE '(^|[^A-Za-z0-9_])($(PG_ONLY_CALLS))[[:space:]]*\(' $(PG_ONLY_USERS); then \
-	  echo 'layer rule: only src/pg may call these (README.md, "Layout"); move the call into src/pg' >&2; exit 1; fi
+	  echo 'layer rule: only src/pg may call these (docs/development.md, "Layout"); move the call into src/pg' >&2; exit 1; fi
 
 $(OBJS): | layer-check
 

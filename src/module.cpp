@@ -1,5 +1,5 @@
 // The entry of the module: the magic block, _PG_init and the definitions of
-// the GUCs. The only file that knows every layer (see README, "Layout").
+// the GUCs. The only file that knows every layer (see docs/development.md, "Layout").
 #include "api/partition.hpp"
 #include "pg/pg.hpp"
 #include "pg/xact_locks.hpp"

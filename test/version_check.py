@@ -44,11 +44,10 @@ if changelog.is_file():
 
 
 # The README's quick start is tested as written: test/sql/quickstart.sql
-# holds the SQL block after the README's "<!-- quickstart" marker (README.md,
-# or docs/README-draft.md while the README is being rewritten).
+# holds the SQL block after the README's "<!-- quickstart" marker (README.md).
 quick = (root / "test" / "sql" / "quickstart.sql")
 blocks = []
-for doc in ("README.md", "docs/README-draft.md"):
+for doc in ("README.md",):
     p = root / doc
     if p.is_file() and "<!-- quickstart" in p.read_text():
         t = p.read_text()

@@ -2,7 +2,7 @@
 //   claim.claim_next, claim.fail, claim.extend, claim.release,
 //   claim.assert_token (claim.complete: completion.cpp)
 //
-// Concurrency model (README, "How claiming works"):
+// Concurrency model (docs/internals.md):
 //  * an item is claimed when claim.claims holds a row for it with a lease in
 //    the future; claim.claims is UNLOGGED, so claiming writes no WAL;
 //  * every state change of an item happens under a transaction-level lock on

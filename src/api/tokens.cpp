@@ -1,4 +1,4 @@
-// Fencing tokens (README, "Tokens"; docs/partitions.md): the partition
+// Fencing tokens (docs/queues.md; docs/partitions.md): the partition
 // check, the durable ceiling and the move of the sequence at the first grant
 // after a server start, the WAL flush without the preload, the checks of a
 // token argument, and PC001 for a token that is not a live claim.

@@ -1,4 +1,4 @@
-// Fencing tokens (README, "Tokens"; docs/partitions.md): what every
+// Fencing tokens (docs/queues.md; docs/partitions.md): what every
 // function that hands out or takes tokens calls.
 #pragma once
 

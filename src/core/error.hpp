@@ -1,5 +1,5 @@
 // The layers of src/, lowest first; a file includes headers of its own
-// layer and of lower ones only (README.md, "Layout"):
+// layer and of lower ones only (docs/development.md, "Layout"):
 //   core    pure C++ (this header): never includes postgres.h;
 //   pg      the thin server layer: the error helper, SPI wrappers, and the
 //           only code that touches table/index AMs, heap and index scans,

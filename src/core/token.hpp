@@ -11,7 +11,7 @@
 // 62..53), still recognised so that such tokens keep routing to their
 // partition.
 //
-// Crash safety (README, "Tokens"): a token leaves the server only below a
+// Crash safety (docs/queues.md): a token leaves the server only below a
 // durable ceiling, raised kCeilingBlock at a time and flushed once per
 // raise; the first grant after a server start moves the sequence up to that
 // ceiling, and kTimelineJump further when the timeline changed since the

@@ -1,4 +1,4 @@
-// Where fencing tokens come from (README, "Tokens"; docs/partitions.md): the
+// Where fencing tokens come from (docs/queues.md; docs/partitions.md): the
 // sequences claim.token_seq (the tokens themselves, its range the block of
 // the database's partition), claim.token_ceiling (the durable ceiling no
 // token handed out exceeds) and claim.token_timeline (the timeline on which
