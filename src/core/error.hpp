@@ -24,7 +24,7 @@ namespace pgclaim {
 // SQLSTATEs the pure layer raises. Standard codes where one fits exactly,
 // class "PC" for conditions that only pg_claim has. This is their one
 // definition: the server layer takes the integer form of a code from here
-// (pg::sqlstate_code in src/pg/pg.hpp). The README lists all of them.
+// (pg::sqlstate_code in src/pg/pg.hpp). docs/errors.md lists all of them.
 namespace sqlstate {
 inline constexpr const char *kStaleToken = "PC001";        // token is not a live claim
 inline constexpr const char *kLeaseMismatch = "PC002";     // permits differ from live holders

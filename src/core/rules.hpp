@@ -9,7 +9,7 @@
 
 namespace pgclaim {
 
-// Limits (documented in the README).
+// Limits (documented in docs/queues.md, "Limits").
 inline constexpr int kMaxQueueNameBytes = 63;
 inline constexpr int kMaxClaimBatch = 10000;            // claim_next n
 inline constexpr int kMaxGroupClaim = 100000;           // group_claim max_items

@@ -41,7 +41,7 @@ namespace pgclaim::pg {
 constexpr int sqlstate_code(const char *c) { return MAKE_SQLSTATE(c[0], c[1], c[2], c[3], c[4]); }
 
 // SQLSTATEs of pg_claim's own conditions (class "PC"), from their one
-// definition in core/error.hpp; the README lists every code pg_claim raises.
+// definition in core/error.hpp; docs/errors.md lists every code pg_claim raises.
 inline constexpr int kStaleToken = sqlstate_code(sqlstate::kStaleToken);        // not a live claim
 inline constexpr int kLeaseMismatch = sqlstate_code(sqlstate::kLeaseMismatch);  // permits differ
 
