@@ -4,6 +4,8 @@ The workers (:mod:`pg_claim.worker`, :mod:`pg_claim.aio`) only do the I/O
 these decisions ask for, each in its own way (threads or tasks)."""
 from __future__ import annotations
 
+import json
+
 import logging
 import os
 import socket
@@ -51,6 +53,28 @@ def _error_text(exc: BaseException) -> str:
         return exc.diag.message_primary
     text = str(exc).strip()
     return text if text else type(exc).__name__
+
+
+class HandlerExit(Exception):
+    """A handler raised a BaseException that is not the worker's own stop
+    (SystemExit, or a CancelledError it raised itself): the job fails with
+    its text, and the slot goes on."""
+
+    def __init__(self, exc: BaseException) -> None:
+        text = str(exc).strip()
+        super().__init__(f"the handler raised {type(exc).__name__}" + (f"({text})" if text else ""))
+        self.original = exc
+
+
+def unstorable(result: Any) -> Optional[str]:
+    """Why ``result`` cannot be stored as a job's JSON result (None: it can)."""
+    if result is None:
+        return None
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"the handler's result cannot be stored as JSON: {exc}"
+    return None
 
 
 def _primary(exc: BaseException) -> Optional[str]:
@@ -327,6 +351,11 @@ class WorkerBase:
             return "stale", None, None
         kind, value = outcome
         if kind == "ok":
+            why = unstorable(value)
+            if why is not None:
+                log.warning("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                            job.attempt, why)
+                return "fail", why, None
             features = getattr(self, "features", None)
             if value is None and features is not None and features.claim_done and not stopping:
                 return "defer", None, None

@@ -10,6 +10,8 @@ one round trip per job.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import signal
 import threading
@@ -23,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ._common import Job, Retry, WorkerStats, sum_stats
 from ._features import FEATURES_SQL, Features
-from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
+from ._loop import (HandlerExit, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
 from .errors import map_error
@@ -465,6 +467,14 @@ class Worker(WorkerBase):
             slot.job = None
             return slot.abandoned, slot.lost
 
+    def _call_handler(self, job: Job) -> Any:
+        """The handler's result; a SystemExit or CancelledError it raises
+        fails the job (HandlerExit) rather than end the slot's thread."""
+        try:
+            return self.handler(job)
+        except (SystemExit, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+            raise HandlerExit(exc) from exc
+
     def _process(self, slot: _Slot, job: Job) -> bool:
         """Run one job. True: completion deferred to the next claim."""
         if self.transactional:
@@ -473,7 +483,7 @@ class Worker(WorkerBase):
         self._start_job(slot, job)
         outcome: Tuple[str, Any]
         try:
-            outcome = ("ok", self.handler(job))
+            outcome = ("ok", self._call_handler(job))
         except Retry as exc:
             outcome = ("retry", exc)
         except Exception as exc:  # the handler's failure is the job's outcome
@@ -497,11 +507,14 @@ class Worker(WorkerBase):
                 job.conn = conn
                 self._start_job(slot, job)
                 try:
-                    result = self.handler(job)
+                    result = self._call_handler(job)
                 finally:
                     abandoned, lost = self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
+                why = unstorable(result)
+                if why is not None:
+                    raise ValueError(why)
                 self._execute_complete(slot.claim_cursor(), job.token, result)
             slot.stats.completed += 1
         except _Abandoned:
