@@ -72,6 +72,19 @@ function jitter(ms) {
   return Math.round(ms / 2 + Math.random() * (ms / 2));
 }
 
+/** Milliseconds of a duration given as a number (ms) or an interval string ('5 s', '500 ms'). */
+function intervalMs(value) {
+  if (typeof value === 'number') return value;
+  const m = /^\s*([0-9.]+)\s*(ms|msec|milliseconds?|s|sec|secs|seconds?|min|mins|minutes?|h|hours?)?\s*$/i.exec(String(value));
+  if (!m) return 3600000; // an interval not parsed here: a generous deadline
+  const n = Number(m[1]);
+  const unit = (m[2] || 's').toLowerCase();
+  if (unit === 'ms' || unit === 'msec' || unit.startsWith('milli')) return n;
+  if (unit.startsWith('min')) return n * 60000;
+  if (unit.startsWith('h')) return n * 3600000;
+  return n * 1000;
+}
+
 function jsonOrNull(value) {
   if (value === undefined || value === null) return null;
   return JSON.stringify(value);
@@ -101,6 +114,15 @@ class Worker extends EventEmitter {
     this.grace = options.grace === undefined ? 30000 : options.grace;
     if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
     this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
+    // The longest any statement of the worker's own may take (a claim: its
+    // wait and this), connecting included: a connection that stopped
+    // answering without closing (a half-open TCP connection) fails the call
+    // instead of hanging the worker. Milliseconds.
+    this.callTimeout = options.callTimeout === undefined ? 30000 : options.callTimeout;
+    if (typeof this.callTimeout !== 'number' || !(this.callTimeout > 0)) {
+      throw new TypeError('Worker: callTimeout must be milliseconds > 0');
+    }
+    this._waitMs = intervalMs(this.wait);
     this.workerName = options.worker || defaultWorkerName();
     this.logger = Object.assign({}, defaultLogger, options.logger || {});
     this._options = options;
@@ -175,7 +197,11 @@ class Worker extends EventEmitter {
       if (this._signal.aborted) this._stopping = true;
       else this._signal.addEventListener('abort', onAbort, { once: true });
     }
-    const { pool, owned } = makePool(this._options, this.concurrency + this.lanes + 1);
+    const { pool, owned } = makePool({
+      ...this._options,
+      poolConfig: { connectionTimeoutMillis: this.callTimeout, ...(this._options.poolConfig || {}) },
+    }, this._poolSize());
+    if (!owned) this._checkPool(pool);
     this._pool = pool;
     this._ownsPool = owned;
     try {
@@ -215,11 +241,40 @@ class Worker extends EventEmitter {
         if (lane.client) lane.client.release(true);
         lane.client = null;
       }
-      if (this._ownsPool) await pool.end().catch(() => {});
+      // A pool whose connections stopped answering must not hold stop() up.
+      if (this._ownsPool) {
+        let timer;
+        await Promise.race([pool.end().catch(() => {}),
+          new Promise((resolve) => { timer = setTimeout(resolve, 5000); })]);
+        clearTimeout(timer);
+      }
       this.emit('stopped');
     }
     if (this._fatal) throw this._fatal;
     return this.stats;
+  }
+
+  /**
+   * Connections the worker may use at once: one per claim loop, one per
+   * running transactional job, and in plain mode a few for completions,
+   * failures and heartbeats (pg.Pool queues the rest), one for stop().
+   */
+  _poolSize() {
+    const perJob = this.transactional ? this.concurrency : Math.min(this.concurrency, 8);
+    return this.lanes + perJob + 1;
+  }
+
+  _checkPool(pool) {
+    const max = pool && pool.options && pool.options.max;
+    if (this.transactional && typeof max === 'number' && max < this.lanes + this.concurrency) {
+      throw new TypeError(`Worker: the pool given has max ${max} connections; transactional mode with ` +
+        `concurrency ${this.concurrency} and lanes ${this.lanes} needs at least ${this.lanes + this.concurrency}`);
+    }
+  }
+
+  /** A statement of the worker's own, with its deadline (callTimeout, plus `extraMs`). */
+  _q(on, text, values, extraMs = 0) {
+    return on.query({ text, values, query_timeout: this.callTimeout + extraMs });
   }
 
   _kick() {
@@ -354,7 +409,7 @@ class Worker extends EventEmitter {
       '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
       `FROM ${call}`;
     try {
-      const { rows } = await client.query(sql, params);
+      const { rows } = await this._q(client, sql, params, done.length ? 0 : this._waitMs);
       return rows;
     } catch (err) {
       throw mapError(err);
@@ -362,7 +417,7 @@ class Worker extends EventEmitter {
   }
 
   _releaseUnstarted(row) {
-    const p = this._pool.query('SELECT claim.release($1::bigint)', [row.token]).then(
+    const p = this._q(this._pool, 'SELECT claim.release($1::bigint)', [row.token]).then(
       () => { this.stats.released += 1; },
       (err) => this.logger.warn(`release of item ${row.id} failed: ${errorText(err)}`),
     );
@@ -469,9 +524,9 @@ class Worker extends EventEmitter {
     let result;
     try {
       if (state.abandoned) throw new Error('abandoned');
-      await client.query('BEGIN');
+      await this._q(client, 'BEGIN');
       phase = 'assert';
-      await client.query('SELECT claim.assert_token($1::bigint)', [job.token]);
+      await this._q(client, 'SELECT claim.assert_token($1::bigint)', [job.token]);
       // From here on the lease is extended inside this transaction (state.inTx):
       // from another connection, extend would wait for the lock that
       // assert_token holds. The heartbeat's queries queue on this client
@@ -496,7 +551,7 @@ class Worker extends EventEmitter {
       await this._completeOn(client, job.token, result, json);
       phase = 'commit';
       state.inTx = false;
-      await client.query('COMMIT');
+      await this._q(client, 'COMMIT');
       this._releaseClient(state, false);
       this._settled(state, 'completed', result);
     } catch (err) {
@@ -505,7 +560,7 @@ class Worker extends EventEmitter {
       const usable = !state.clientGone;
       if (usable) {
         try {
-          await client.query('ROLLBACK');
+          await this._q(client, 'ROLLBACK');
         } catch (e) {
           this._releaseClient(state, true);
         }
@@ -566,7 +621,7 @@ class Worker extends EventEmitter {
     // In transactional mode, inside the handler's transaction (see _runTransactional).
     const on = state.inTx && state.client && !state.clientGone ? state.client : this._pool;
     try {
-      const { rows } = await on.query('SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
+      const { rows } = await this._q(on, 'SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
         [state.job.token, toInterval(lease, 'lease')]);
       state.job.leaseUntil = rows[0].lease_until;
       return rows[0].lease_until;
@@ -589,9 +644,9 @@ class Worker extends EventEmitter {
 
   _completeOn(queryable, token, result, json = jsonOrNull(result)) {
     if (json !== null && this._features.result) {
-      return queryable.query('SELECT claim.complete($1::bigint, $2::jsonb)', [token, json]);
+      return this._q(queryable, 'SELECT claim.complete($1::bigint, $2::jsonb)', [token, json]);
     }
-    return queryable.query('SELECT claim.complete($1::bigint)', [token]);
+    return this._q(queryable, 'SELECT claim.complete($1::bigint)', [token]);
   }
 
   _complete(state, result, json) {
@@ -624,7 +679,7 @@ class Worker extends EventEmitter {
       this._completeEach(batch);
       return;
     }
-    this._track(this._pool.query('SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
+    this._track(this._q(this._pool, 'SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
       () => { for (const s of batch) this._settled(s, 'completed'); },
       (err) => {
         // One stale token refuses the whole batch: complete one by one.
@@ -650,7 +705,7 @@ class Worker extends EventEmitter {
 
   _completeEach(states) {
     for (const state of states) {
-      this._track(this._withRetry(() => this._pool.query('SELECT claim.complete($1::bigint)', [state.job.token])).then(
+      this._track(this._withRetry(() => this._q(this._pool, 'SELECT claim.complete($1::bigint)', [state.job.token])).then(
         () => this._settled(state, 'completed'),
         (err) => this._completionFailed(state, err),
       ));
@@ -676,7 +731,7 @@ class Worker extends EventEmitter {
       this.logger.info(`worker ${this.workerName}: job ${job.id} attempt ${job.attempt}: retry in ${error.afterMs} ms`);
     }
     try {
-      const send = () => queryable.query('SELECT claim.fail($1::bigint, $2::text, $3::interval)',
+      const send = () => this._q(queryable, 'SELECT claim.fail($1::bigint, $2::text, $3::interval)',
         [state.job.token, errorText(error), retryIn]);
       if (queryable === this._pool) await this._withRetry(send);
       else await send();
@@ -760,7 +815,7 @@ class Worker extends EventEmitter {
       this._releaseClient(state, true);
     }
     try {
-      await this._pool.query('SELECT claim.release($1::bigint)', [state.job.token]);
+      await this._q(this._pool, 'SELECT claim.release($1::bigint)', [state.job.token]);
       this.stats.released += 1;
       this._settled(state, 'released');
     } catch (err) {

@@ -145,7 +145,8 @@ test('a transient error at completion is retried with the same token', { timeout
   const query = own.query.bind(own);
   let broken = 0;
   own.query = (sql, params) => {
-    if (typeof sql === 'string' && /claim\.complete/.test(sql) && broken < 2) {
+    const text = typeof sql === 'string' ? sql : sql && sql.text;
+    if (typeof text === 'string' && /claim\.complete/.test(text) && broken < 2) {
       broken += 1;
       const err = new Error('Connection terminated unexpectedly');
       err.code = 'ECONNRESET';
@@ -213,4 +214,60 @@ test('keyword connection strings work like URLs (issue 40 defect 4)', { timeout:
   } finally {
     process.env.PG_CLAIM_DSN = saved;
   }
+});
+
+/** A TCP proxy to the server that can stop forwarding without closing anything. */
+function blackholeProxy(target) {
+  const net = require('net');
+  const state = { blackhole: false, sockets: new Set() };
+  const server = net.createServer((inbound) => {
+    state.sockets.add(inbound);
+    if (state.blackhole) return; // accepted, never answered
+    const outbound = net.connect(target);
+    state.sockets.add(outbound);
+    inbound.on('data', (d) => { if (!state.blackhole) outbound.write(d); });
+    outbound.on('data', (d) => { if (!state.blackhole) inbound.write(d); });
+    const close = () => { if (!state.blackhole) { inbound.destroy(); outbound.destroy(); } };
+    inbound.on('error', close); outbound.on('error', close);
+    inbound.on('close', close); outbound.on('close', close);
+  });
+  state.listen = () => new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server.address().port)));
+  state.close = () => {
+    for (const s of state.sockets) s.destroy();
+    return new Promise((resolve) => server.close(resolve));
+  };
+  return state;
+}
+
+test('a connection that stops answering without closing does not hang run() or stop()', { timeout: 40000 }, async () => {
+  const queue = await newQueue('node_blackhole', { maxAttempts: 3 });
+  await client.enqueueBatch(queue, [{}]);
+  const u = new URL(DSN);
+  const proxy = blackholeProxy({ host: u.hostname, port: Number(u.port || 5432) });
+  const port = await proxy.listen();
+  u.port = String(port);
+  let started = false;
+  const worker = new Worker({
+    connectionString: u.toString(), queue, wait: 300, grace: 1000, callTimeout: 1000, logger: quiet,
+    handler: async () => {
+      started = true;
+      proxy.blackhole = true; // from now on nothing reaches the server, nothing comes back
+      await sleep(200);
+    },
+  });
+  const running = worker.run();
+  await waitFor(() => started, { what: 'the handler to start' });
+  await sleep(1500);
+  const t0 = Date.now();
+  let hung;
+  await Promise.race([worker.stop(), new Promise((resolve, reject) => {
+    hung = setTimeout(() => reject(new Error('stop() hung')), 25000);
+  })]);
+  clearTimeout(hung);
+  await running;
+  const took = Date.now() - t0;
+  if (process.env.PGCLAIM_TEST_VERBOSE) console.log(`stop took ${took} ms`);
+  await proxy.close();
+  assert.ok(took < 25000, `stop took ${took} ms`);
+  await client.dropQueue(queue);
 });
