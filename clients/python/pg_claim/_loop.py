@@ -77,6 +77,21 @@ def unstorable(result: Any) -> Optional[str]:
     return None
 
 
+# A completion or failure that meets a transient error is sent again, with the
+# same token, this many times in all (a stale answer then means another worker
+# has the item, and the outcome is dropped).
+OUTCOME_TRIES = 4
+
+
+def transient(exc: BaseException) -> bool:
+    """An error that the same statement may not meet again: a lost
+    connection, a server restarting, a serialization failure or deadlock."""
+    state = _sqlstate(exc)
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03", "40001", "40P01")
+
+
 def _primary(exc: BaseException) -> Optional[str]:
     return exc.diag.message_primary if isinstance(exc, psycopg.Error) else str(exc)
 

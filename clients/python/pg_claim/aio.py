@@ -15,7 +15,8 @@ import psycopg
 from ._common import Job, Retry, WorkerStats
 from ._features import FEATURES_SQL, Features
 from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
-                    HandlerExit, _Abandoned, _error_text, _sqlstate, log, unstorable)
+                    OUTCOME_TRIES, HandlerExit, _Abandoned, _error_text, _sqlstate, log,
+                    transient, unstorable)
 from .errors import map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
                      LeaseClock, complete_statement, connect_kwargs_for)
@@ -286,12 +287,20 @@ class AsyncWorker(WorkerBase):
                             pending = [job.token]
                             slot.pending = pending
                 except Exception as exc:  # what the slot does next is _slot_error's
-                    pending = []
+                    lost, pending = pending, []
+                    slot.pending = []
                     step = self._slot_error(slot, exc, backoff)
                     if step == "reconnect":
                         await self._reconnect(slot, exc)
                     elif step == "retry":
                         await self._sleep(backoff)
+                    if lost and step != "fatal":
+                        # The claim that carried a finished job's completion
+                        # failed: complete it on its own.
+                        try:
+                            await self._complete_now(slot, lost[0], None)
+                        except psycopg.Error as err:
+                            self._log_pending_lost(lost[0], err)
                     after = self._next_backoff(step, backoff)
                     if after is None:
                         break
@@ -475,11 +484,20 @@ class AsyncWorker(WorkerBase):
         """Run a completion statement, again when a cancel meant for a claim
         hit it (at most three times in all)."""
         try:
-            await slot.claim_cursor().execute(query, params)
+            await self._execute_outcome(slot, query, params)
         except psycopg.Error as exc:
-            if _sqlstate(exc) != CANCELED or attempt == 2:
+            last = attempt == OUTCOME_TRIES - 1
+            if last or not (_sqlstate(exc) == CANCELED or transient(exc)):
                 raise
+            if transient(exc):
+                if slot.conn is None or slot.conn.closed or slot.conn.broken:
+                    await self._reconnect(slot, exc)
+                else:
+                    await self._sleep(0.2 * 2 ** attempt)
             await self._outcome_now(slot, query, params, attempt + 1)
+
+    async def _execute_outcome(self, slot: _ASlot, query: str, params: Tuple[Any, ...]) -> None:
+        await slot.claim_cursor().execute(query, params)
 
     async def _send_outcome(self, slot: _ASlot, query: str, params: Tuple[Any, ...],
                             counter: str, what: str, subject: Any) -> None:

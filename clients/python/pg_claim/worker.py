@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ._common import Job, Retry, WorkerStats, sum_stats
 from ._features import FEATURES_SQL, Features
-from ._loop import (HandlerExit, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
+from ._loop import (OUTCOME_TRIES, HandlerExit, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
 from .errors import map_error
@@ -87,12 +87,26 @@ def complete_statement(features: Optional[Features], token: int,
     return COMPLETE_SQL, (token,)
 
 
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+              "keepalives_count": 3}
+
+
 def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
                        label: str) -> Dict[str, Any]:
     """psycopg.connect arguments: statements unprepared unless asked (see
     README, PgBouncer), and an application_name unless the caller set one."""
     kwargs = dict(given)
     kwargs.setdefault("prepare_threshold", 5 if prepare else None)
+    # TCP keepalives from 10 s of silence on (libpq's keepalives_*), unless
+    # the connection string or the caller sets them: a peer that vanished
+    # (a half-open connection) is noticed in about half a minute, not two hours.
+    try:
+        given_params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        given_params = {}
+    for key, value in KEEPALIVES.items():
+        if key not in given_params:
+            kwargs.setdefault(key, value)
     if "application_name" not in kwargs:
         try:
             named = "application_name" in conninfo_to_dict(conninfo)
@@ -366,8 +380,16 @@ class Worker(WorkerBase):
                     if self._process(slot, job):
                         pending = [job.token]
                 except Exception as exc:  # what the slot does next is _slot_error's
-                    pending = []
+                    lost, pending = pending, []
                     after = self._recover(slot, exc, backoff)
+                    if lost and after is not None:
+                        # The claim that carried a finished job's completion
+                        # failed: complete it on its own (a stale answer: it
+                        # was completed after all, or another worker has it).
+                        try:
+                            self._complete_now(slot, lost[0], None)
+                        except psycopg.Error as err:
+                            self._log_pending_lost(lost[0], err)
                     if after is None:
                         break
                     backoff = after
@@ -549,22 +571,31 @@ class Worker(WorkerBase):
     def _execute_complete(self, cur: "psycopg.Cursor[Any]", token: int, result: Any) -> None:
         cur.execute(*complete_statement(self.features, token, result))
 
-    def _retrying(self, fn: Callable[[], None]) -> None:
-        """Run a completion statement; a cancel meant for a claim may hit it."""
-        for attempt in range(3):
+    def _retrying(self, slot: _Slot, fn: Callable[[], None]) -> None:
+        """Run a completion statement: again when a cancel meant for a claim
+        hit it, or after a transient error (on a new connection when the
+        slot's is gone), with the same token; OUTCOME_TRIES times in all."""
+        for attempt in range(OUTCOME_TRIES):
             try:
                 fn()
                 return
             except psycopg.Error as exc:
-                if _sqlstate(exc) != CANCELED or attempt == 2:
+                last = attempt == OUTCOME_TRIES - 1
+                if last or not (_sqlstate(exc) == CANCELED or transient(exc)):
                     raise
+                if transient(exc):
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        self._reconnect(slot, exc)
+                    else:
+                        self._stop.wait(0.2 * 2 ** attempt)
 
     def _complete_now(self, slot: _Slot, token: int, result: Any) -> None:
         def run() -> None:
             self._execute_complete(slot.claim_cursor(), token, result)
 
         try:
-            self._retrying(run)
+            self._retrying(slot, run)
             slot.stats.completed += 1
         except psycopg.Error as exc:
             self._stale_outcome("complete", token, exc)
@@ -575,7 +606,7 @@ class Worker(WorkerBase):
             slot.claim_cursor().execute(FAIL_SQL, (job.token, error, retry_in))
 
         try:
-            self._retrying(run)
+            self._retrying(slot, run)
             self._count(slot, "retried" if retry_in is not None else "failed")
         except psycopg.Error as exc:
             self._stale_outcome("fail", job, exc)

@@ -126,3 +126,53 @@ def test_keyword_conninfo(dsn: str) -> None:
     assert "://" not in kw
     with pg_claim.Client(kw) as c:
         assert isinstance(c.stats(), list)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_transient_error_at_completion_is_retried(dsn: str, conn: "psycopg.Connection[Any]",
+                                                  client: pg_claim.Client, queue: str,
+                                                  mode: str) -> None:
+    client.enqueue_batch(queue, [{}])
+    runs: List[int] = []
+    broken = [0]
+
+    def handler(job: pg_claim.Job) -> Any:
+        runs.append(job.id)
+        return {"ok": 1}   # a result: completed on its own, not on the next claim
+
+    if mode == "sync":
+        worker: Any = pg_claim.Worker(dsn, queue, handler, wait=0.2, burst=True,
+                                      handle_signals=False)
+        real = worker._execute_complete
+
+        def flaky(cur: Any, token: int, result: Any) -> None:
+            if broken[0] < 2:
+                broken[0] += 1
+                raise psycopg.OperationalError("simulated: server closed the connection")
+            real(cur, token, result)
+        worker._execute_complete = flaky
+        stats = worker.run()
+    else:
+        worker = pg_claim.AsyncWorker(dsn, queue, handler, wait=0.2, burst=True,
+                                      handle_signals=False)
+        areal = worker._execute_outcome
+
+        async def aflaky(slot: Any, query: str, params: Any) -> None:
+            if "complete" in query and broken[0] < 2:
+                broken[0] += 1
+                raise psycopg.OperationalError("simulated: server closed the connection")
+            await areal(slot, query, params)
+        worker._execute_outcome = aflaky
+        stats = asyncio.run(worker.run())
+    assert broken[0] == 2
+    assert len(runs) == 1
+    assert stats.completed == 1, stats
+    assert _claimed(conn, queue) == 0
+
+
+def test_worker_connections_send_keepalives(dsn: str) -> None:
+    from pg_claim.worker import connect_kwargs_for
+    kwargs = connect_kwargs_for(dsn, {}, False, "t")
+    assert kwargs["keepalives"] == 1 and kwargs["keepalives_idle"] == 10
+    with psycopg.connect(dsn, autocommit=True, **kwargs) as c:
+        assert c.info.get_parameters().get("keepalives_idle", "10") == "10"
