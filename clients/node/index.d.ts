@@ -88,6 +88,12 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   lanes?: number;
   /** Worker name recorded with each claim (default <host>:<pid>). */
   worker?: string;
+  /**
+   * Deadline of each statement of the worker's own, and of connecting, in
+   * milliseconds (default 30000; a claim gets its wait plus this): a
+   * connection that stopped answering fails the call instead of hanging it.
+   */
+  callTimeout?: number;
   logger?: Logger;
 }
 

@@ -5,6 +5,7 @@ these decisions ask for, each in its own way (threads or tasks)."""
 from __future__ import annotations
 
 import json
+import random
 
 import logging
 import os
@@ -83,13 +84,18 @@ def unstorable(result: Any) -> Optional[str]:
 OUTCOME_TRIES = 4
 
 
+def jittered(seconds: float) -> float:
+    """A backoff with jitter: between half of ``seconds`` and ``seconds``, so
+    that workers that failed together do not retry together."""
+    return seconds / 2 + random.random() * seconds / 2
+
+
 def transient(exc: BaseException) -> bool:
-    """An error that the same statement may not meet again: a lost
-    connection, a server restarting, a serialization failure or deadlock."""
-    state = _sqlstate(exc)
-    if state is None:
-        return isinstance(exc, psycopg.OperationalError)
-    return state.startswith("08") or state in ("57P01", "57P02", "57P03", "40001", "40P01")
+    """An error that the same statement may not meet again (the errors
+    module's Transient: a lost connection, a restart, a serialization
+    failure, a deadlock, a lock timeout)."""
+    from .errors import is_transient
+    return is_transient(exc)
 
 
 def _primary(exc: BaseException) -> Optional[str]:

@@ -15,7 +15,7 @@ import psycopg
 from ._common import Job, Retry, WorkerStats
 from ._features import FEATURES_SQL, Features
 from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
-                    OUTCOME_TRIES, HandlerExit, _Abandoned, _error_text, _sqlstate, log,
+                    OUTCOME_TRIES, HandlerExit, _Abandoned, jittered, _error_text, _sqlstate, log,
                     transient, unstorable)
 from .errors import map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
@@ -293,7 +293,7 @@ class AsyncWorker(WorkerBase):
                     if step == "reconnect":
                         await self._reconnect(slot, exc)
                     elif step == "retry":
-                        await self._sleep(backoff)
+                        await self._sleep(jittered(backoff))
                     if lost and step != "fatal":
                         # The claim that carried a finished job's completion
                         # failed: complete it on its own.
@@ -334,7 +334,7 @@ class AsyncWorker(WorkerBase):
                 return
             except psycopg.OperationalError as err:
                 self._log_reconnect(slot, err, failed=True, delay=delay)
-                await self._sleep(delay)
+                await self._sleep(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
 
     async def _fetch(self, slot: _ASlot, query: str,

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ._common import Job, Retry, WorkerStats, sum_stats
 from ._features import FEATURES_SQL, Features
-from ._loop import (OUTCOME_TRIES, HandlerExit, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
+from ._loop import (OUTCOME_TRIES, HandlerExit, jittered, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
 from .errors import map_error
@@ -407,7 +407,7 @@ class Worker(WorkerBase):
         if step == "reconnect":
             self._reconnect(slot, exc)
         elif step == "retry":
-            self._stop.wait(backoff)
+            self._stop.wait(jittered(backoff))
         return self._next_backoff(step, backoff)
 
     def _reconnect(self, slot: _Slot, exc: BaseException) -> None:
@@ -424,7 +424,7 @@ class Worker(WorkerBase):
                 return
             except psycopg.OperationalError as err:
                 self._log_reconnect(slot, err, failed=True, delay=delay)
-                self._stop.wait(delay)
+                self._stop.wait(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def _fetch(self, slot: _Slot, query: str, params: Any = None) -> List[Tuple[Any, ...]]:
