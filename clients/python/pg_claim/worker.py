@@ -191,6 +191,7 @@ class Worker(WorkerBase):
         self.features: Optional[Features] = None
         self._stop = threading.Event()
         self._hurry = threading.Event()
+        self._signals: List[int] = []   # signals received, for run() to act on
         self._stats_lock = threading.Lock()
         self._slots: List[_Slot] = []
         self._sql: Optional[ClaimSQL] = None
@@ -224,6 +225,7 @@ class Worker(WorkerBase):
                 if not any(s.thread is not None and s.thread.is_alive() for s in self._slots):
                     break
                 self._stop.wait(0.2)
+                self._take_signals()
             self._stop.set()
             self._shutdown()
         finally:
@@ -236,8 +238,19 @@ class Worker(WorkerBase):
 
     # -- set-up and shutdown -------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        log.info("worker %s: signal %d, stopping", self._label(), signum)
-        self.stop()
+        # Only a counter: the handler runs between two bytecodes of the main
+        # thread, which may hold the stop Event's lock or a logging lock at
+        # that moment; taking either here could deadlock. The main thread
+        # acts on it within 0.2 s (run()'s loop, the grace period's loop).
+        self._signals.append(signum)
+
+    def _take_signals(self) -> None:
+        """Act on the signals _on_signal recorded: each stops (a second one
+        ends the grace period)."""
+        while self._signals:
+            signum = self._signals.pop(0)
+            log.info("worker %s: signal %d, stopping", self._label(), signum)
+            self.stop()
 
     def _connect(self) -> "psycopg.Connection[Any]":
         kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
@@ -269,6 +282,9 @@ class Worker(WorkerBase):
         deadline = time.monotonic() + self.grace
         # Stop the claims that wait in the server, then let handlers finish.
         while time.monotonic() < deadline and not self._hurry.is_set():
+            self._take_signals()
+            if self._hurry.is_set():
+                break
             alive = [s for s in self._slots if s.thread is not None and s.thread.is_alive()]
             if not alive:
                 break

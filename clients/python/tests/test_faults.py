@@ -176,3 +176,53 @@ def test_worker_connections_send_keepalives(dsn: str) -> None:
     assert kwargs["keepalives"] == 1 and kwargs["keepalives_idle"] == 10
     with psycopg.connect(dsn, autocommit=True, **kwargs) as c:
         assert c.info.get_parameters().get("keepalives_idle", "10") == "10"
+
+
+def test_work_leaves_no_child_running_after_stop(dsn: str, conn: "psycopg.Connection[Any]",
+                                                 client: pg_claim.Client, queue: str,
+                                                 tmp_path: Any) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    from conftest import HERE
+    client.enqueue_batch(queue, [{}])
+    pidfile = tmp_path / "pid"
+    e = dict(os.environ, PG_CLAIM_DSN=dsn)
+    proc = subprocess.Popen([sys.executable, "-m", "pg_claim", "work", queue, "--wait", "0.5",
+                             "--grace", "0.5", "--", f"echo $$ > {pidfile}; exec sleep 60"],
+                            cwd=os.path.dirname(HERE), env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and not (pidfile.exists() and pidfile.read_text().strip()):
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    time.sleep(0.2)
+    try:
+        os.kill(child, 0)
+        alive = open(f"/proc/{child}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive, f"the command (pid {child}) outlived pg_claim work"
+    assert _claimed(conn, queue) == 0
+
+
+def test_sync_signal_handler_takes_no_lock(dsn: str, queue: str) -> None:
+    worker = pg_claim.Worker(dsn, queue, lambda job: None, wait=0.2, handle_signals=False)
+    # The handler records; it neither sets the Event nor logs (both lock).
+    worker._stop._cond.acquire()   # as if the signal came inside Event.wait/set
+    try:
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (worker._on_signal(15, None), done.set()))
+        t.start()
+        assert done.wait(2), "the signal handler blocked on the stop Event's lock"
+    finally:
+        worker._stop._cond.release()
+    worker._take_signals()
+    assert worker.stopping
