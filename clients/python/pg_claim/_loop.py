@@ -139,6 +139,7 @@ class SlotState:
         self.last_cancel = 0.0
         self.closed = False
         self.conn: Any = None          # the slot's connection (sync or async)
+        self.beat_conn: Any = None     # the heartbeat's own, once the slot's broke mid-job
         self._cur: Any = None
 
     def claim_cursor(self) -> Any:
@@ -468,5 +469,6 @@ class WorkerBase:
                         "outcome will be dropped", self._label(), job.id,
                         job.attempt, _primary(exc))
             return True
-        log.debug("heartbeat of job %d: %s", job.id, exc)
+        log.warning("worker %s: heartbeat of job %d failed (%s); trying again",
+                    self._label(), job.id, _error_text(exc))
         return False

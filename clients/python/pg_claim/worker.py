@@ -350,8 +350,31 @@ class Worker(WorkerBase):
         except psycopg.Error as exc:
             self._log_release(job, exc, fresh=False)
 
+    def _beat_conn(self, slot: _Slot) -> "Optional[psycopg.Connection[Any]]":
+        """The heartbeat's own connection (plain mode: a transactional job's
+        lease can only be extended inside its transaction), opened when the
+        slot's broke."""
+        if self.transactional:
+            return None
+        conn = slot.beat_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = slot.beat_conn = self._connect()
+                log.warning("worker %s: slot %d lost its connection under a running job; "
+                            "the heartbeat extends from a connection of its own", self._label(),
+                            slot.index)
+            except psycopg.Error as exc:
+                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                return None
+        return conn
+
     def _close(self) -> None:
         for slot in self._slots:
+            if slot.beat_conn is not None:
+                try:
+                    slot.beat_conn.close()
+                except psycopg.Error:
+                    pass
             with slot.lock:
                 slot.closed = True
                 slot.cond.notify_all()
@@ -652,9 +675,22 @@ class Worker(WorkerBase):
                     if slot.job is not job or slot.abandoned:
                         continue
                 conn = slot.conn
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._beat_conn(slot)
                 try:
                     assert conn is not None and job is not None
-                    conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    try:
+                        conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    except psycopg.OperationalError as exc:
+                        # The slot's connection died under a running handler:
+                        # extend from the heartbeat's own, so that the lease
+                        # does not run out and hand the job to another worker.
+                        if not transient(exc) or conn is slot.beat_conn:
+                            raise
+                        beat = self._beat_conn(slot)
+                        if beat is None:
+                            raise
+                        beat.execute(EXTEND_SQL, (job.token, self.lease))
                     slot.stats.extended += 1
                 except Exception as exc:  # never let the heartbeat thread die
                     if job is not None and self._beat_failed(job, exc):

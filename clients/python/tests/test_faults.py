@@ -226,3 +226,28 @@ def test_sync_signal_handler_takes_no_lock(dsn: str, queue: str) -> None:
         worker._stop._cond.release()
     worker._take_signals()
     assert worker.stopping
+
+
+def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
+                                                              conn: "psycopg.Connection[Any]",
+                                                              client: pg_claim.Client,
+                                                              queue: str) -> None:
+    client.enqueue_batch(queue, [{}])
+    name = "hb-" + queue
+    probe_claims = [0]
+
+    def handler(job: pg_claim.Job) -> Any:
+        # Kill the slot's backend (the heartbeat's connection until now).
+        conn.execute("SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
+                     "WHERE application_name = %s", (f"pg_claim worker {name}"[:63],))
+        end = time.monotonic() + 3.0   # three leases
+        while time.monotonic() < end:
+            probe_claims[0] += len(conn.execute("SELECT id FROM claim.claim_next(%s)",
+                                                (queue,)).fetchall())
+            time.sleep(0.25)
+        return {"ok": True}
+
+    stats = pg_claim.Worker(dsn, queue, handler, lease=1, wait=0.2, burst=True, name=name,
+                            handle_signals=False).run()
+    assert probe_claims[0] == 0, "another claimer got the item while its handler ran"
+    assert stats.completed == 1, stats
