@@ -165,6 +165,8 @@ export interface EnqueueBatchOptions extends CallOptions {
   priority?: number;
   /** The key of every item of the batch in a fair queue (docs/fairness.md). */
   fairKey?: string | null;
+  /** Ids of items every item of the batch waits for (each becomes ready once they all completed). */
+  after?: Array<string | number | bigint> | null;
 }
 
 export type ItemStateName = 'waiting' | 'scheduled' | 'ready' | 'claimed' | 'completed' | 'dead' | 'cancelled';

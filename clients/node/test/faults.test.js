@@ -271,3 +271,18 @@ test('a connection that stops answering without closing does not hang run() or s
   assert.ok(took < 25000, `stop took ${took} ms`);
   await client.dropQueue(queue);
 });
+
+test('enqueueBatch honours after; a given pool too small for transactional concurrency is refused', { timeout: 20000 }, async () => {
+  const queue = await newQueue('node_after');
+  const [parent] = await client.enqueueBatch(queue, [{ parent: true }]);
+  const kids = await client.enqueueBatch(queue, [{ kid: 1 }, { kid: 2 }], { after: [parent] });
+  const states = await rows('SELECT id::text, state FROM claim.items WHERE id = ANY($1::bigint[]) ORDER BY id',
+    [kids]).catch(() => null);
+  if (states) assert.deepEqual(states.map((r) => r.state), ['w', 'w'], 'the children wait for their parent');
+  await client.dropQueue(queue);
+  const small = makePool(2);
+  const worker = new Worker({ pool: small, queue: 'whatever', concurrency: 4, transactional: true, logger: quiet,
+    handler: async () => {} });
+  await assert.rejects(worker.run(), /needs at least 5/);
+  await small.end();
+});
