@@ -181,14 +181,15 @@ export interface ItemState {
 
 export interface QueueStats {
   queue: string;
-  ready: number;
-  scheduled: number;
-  claimed: number;
-  dead: number;
+  /** Counts are null where the server cannot know them (a standby). */
+  ready: number | null;
+  scheduled: number | null;
+  claimed: number | null;
+  dead: number | null;
   /** A node-postgres interval object, or null. */
   oldestReadyAge: unknown;
   /** Items waiting for others (servers with enqueue(..., after)). */
-  waiting?: number;
+  waiting?: number | null;
   /** Servers with claim.pause. */
   paused?: boolean;
 }

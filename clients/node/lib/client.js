@@ -3,6 +3,11 @@
 const { mapError, NotSupportedError, UnknownQueueError, InvalidArgumentError } = require('./errors');
 const { toInterval, makePool } = require('./util');
 
+/** A count of queue_stats: null (a standby that cannot know it) stays null. */
+function count(value) {
+  return value === null || value === undefined ? null : Number(value);
+}
+
 function jsonParam(value) {
   return JSON.stringify(value === undefined ? {} : value);
 }
@@ -118,12 +123,12 @@ class Client {
     }
     return rows.map((r) => ({
       queue: r.queue,
-      ready: Number(r.ready),
-      scheduled: Number(r.scheduled),
-      claimed: Number(r.claimed),
-      dead: Number(r.dead),
+      ready: count(r.ready),
+      scheduled: count(r.scheduled),
+      claimed: count(r.claimed),
+      dead: count(r.dead),
       oldestReadyAge: r.oldest_ready_age,
-      ...(r.waiting === undefined ? {} : { waiting: Number(r.waiting) }),
+      ...(r.waiting === undefined ? {} : { waiting: count(r.waiting) }),
       ...(r.paused === undefined ? {} : { paused: r.paused }),
     }));
   }

@@ -286,3 +286,14 @@ test('enqueueBatch honours after; a given pool too small for transactional concu
   await assert.rejects(worker.run(), /needs at least 5/);
   await small.end();
 });
+
+test('a count the server cannot know (NULL on a standby) stays null in stats()', async () => {
+  const fake = { query: async () => ({ rows: [{ queue: 'q', ready: null, scheduled: '2', claimed: null, dead: '0', oldest_ready_age: null, waiting: null }] }) };
+  const c = new Client({ pool: fake });
+  const [s] = await c.stats();
+  assert.equal(s.ready, null);
+  assert.equal(s.claimed, null);
+  assert.equal(s.scheduled, 2);
+  assert.equal(s.dead, 0);
+  assert.equal(s.waiting, null);
+});

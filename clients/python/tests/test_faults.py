@@ -251,3 +251,17 @@ def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
                             handle_signals=False).run()
     assert probe_claims[0] == 0, "another claimer got the item while its handler ran"
     assert stats.completed == 1, stats
+
+
+def test_unknown_counts_stay_none(dsn: str) -> None:
+    class FakeCursor:
+        description = [type("D", (), {"name": n})() for n in
+                       ("queue", "ready", "scheduled", "claimed", "dead", "oldest_ready_age")]
+
+        def fetchall(self) -> list:
+            return [("q", None, 2, None, 0, None)]
+
+    with pg_claim.Client(dsn) as c:
+        c._exec = lambda *a, **k: FakeCursor()   # type: ignore[method-assign]
+        [s] = c.stats()
+    assert (s.ready, s.scheduled, s.claimed, s.dead) == (None, 2, None, 0)
