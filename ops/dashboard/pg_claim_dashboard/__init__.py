@@ -155,7 +155,9 @@ class Dashboard:
 
     # -- data ----------------------------------------------------------------
     def connect(self) -> "psycopg.Connection[Any]":
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        # Unprepared statements: each dead-items page query is planned for its
+        # queue (a generic plan would scan every item of the busiest queue).
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, prepare_threshold=None)
         if self.statement_timeout > 0:
             # No query of a page (or an action) may hold a backend longer.
             conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
@@ -348,18 +350,39 @@ class Dashboard:
                     "</details>")
         return section("queues", f"Queues ({len(rows)})", out)
 
+    def dead_rows(self, conn: "psycopg.Connection[Any]", view: View) -> Tuple[List[tuple], Optional[str]]:
+        """Up to ROW_LIMIT + 1 dead items, newest id first, below the page's
+        keyset. Each queue's are read by one statement with its queue_id as a
+        value, which the index on (queue_id, id) of dead items answers at
+        once; a role that cannot read claim.items gets the view instead."""
+        n = ROW_LIMIT + 1
+        _, queues, refusal = self.query(
+            conn, "SELECT queue_id, name FROM claim.queues WHERE %(q)s::text IS NULL OR name = %(q)s",
+            {"q": view.queue})
+        if refusal is None:
+            rows: List[tuple] = []
+            try:
+                for qid, name in queues:
+                    rows += conn.execute(
+                        "SELECT %s::text, id, failures, last_error, died_at, payload FROM claim.items "
+                        "WHERE queue_id = %s AND state = 'd' AND (%s::bigint IS NULL OR id < %s) "
+                        "ORDER BY id DESC LIMIT %s", (name, qid, view.dead_before, view.dead_before, n)).fetchall()
+                rows.sort(key=lambda r: r[1], reverse=True)
+                return rows[:n], None
+            except psycopg.errors.InsufficientPrivilege:
+                pass
+        _, rows, refusal = self.query(
+            conn, "SELECT queue, id, attempts, last_error, died_at, payload FROM claim.dead_items "
+                  "WHERE (%(q)s::text IS NULL OR queue = %(q)s) AND (%(before)s::bigint IS NULL OR id < %(before)s) "
+                  "ORDER BY id DESC LIMIT %(n)s", {"q": view.queue, "before": view.dead_before, "n": n})
+        return rows, refusal
+
     def dead(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
         """The dead items of the queue filter (all queues without one), newest
         id first, ROW_LIMIT a page; the next page starts below the last id
         shown (keyset: each queue's rows come from its index on (queue, id),
         however many are dead)."""
-        cols, rows, refusal = self.query(
-            conn, "SELECT d.queue, d.id, d.attempts, d.last_error, d.died_at, d.payload "
-                  "FROM (SELECT queue FROM claim.queue_stats WHERE %(q)s::text IS NULL OR queue = %(q)s) AS n "
-                  "CROSS JOIN LATERAL (SELECT * FROM claim.dead_items AS x WHERE x.queue = n.queue "
-                  "AND (%(before)s::bigint IS NULL OR x.id < %(before)s) "
-                  "ORDER BY x.id DESC LIMIT %(n)s) AS d ORDER BY d.id DESC LIMIT %(n)s",
-            {"q": view.queue, "before": view.dead_before, "n": ROW_LIMIT + 1})
+        rows, refusal = self.dead_rows(conn, view)
         if refusal:
             return section("dead", "Dead items", note(refusal))
         more = len(rows) > ROW_LIMIT
@@ -401,7 +424,10 @@ class Dashboard:
     def finished(self, conn: "psycopg.Connection[Any]", view: View) -> str:
         if not self.exists(conn, "claim.finished_items"):
             return section("finished", "Finished items", note("not available in this version of pg_claim"))
-        where, params = ("WHERE queue = %s ", [view.queue]) if view.queue else ("", [])
+        # Dead items have their own section (paged by id): here they would
+        # make every page load sort all of them by finished_at.
+        where, params = ("WHERE state <> 'dead' AND queue = %s ", [view.queue]) if view.queue \
+            else ("WHERE state <> 'dead' ", [])
         cols, rows, refusal = self.query(
             conn, "SELECT queue, id, state, attempts, finished_at, result, error, payload "
                   f"FROM claim.finished_items {where}ORDER BY finished_at DESC, id DESC LIMIT %s",
@@ -414,7 +440,8 @@ class Dashboard:
                 f'<td class="error">{esc(error)}</td><td class="payload">{esc(payload)}</td></tr>'
                 for q, i, st, att, fin, res, error, payload in rows]
         return section("finished", counted(title, rows),
-                       note("completed and cancelled items while their queue retains them (retain), and dead items")
+                       note("completed and cancelled items while their queue retains them (retain); "
+                            "dead items are in their own section")
                        + table(["queue", "id", "state", "attempts", "finished at", "result", "error", "payload"], body))
 
     def simple(self, conn: "psycopg.Connection[Any]", sid: str, title: str, rel: str, sql: str) -> str:
