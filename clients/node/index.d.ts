@@ -88,6 +88,12 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   lanes?: number;
   /** Worker name recorded with each claim (default <host>:<pid>). */
   worker?: string;
+  /**
+   * Deadline of each statement of the worker's own, and of connecting, in
+   * milliseconds (default 30000; a claim gets its wait plus this): a
+   * connection that stopped answering fails the call instead of hanging it.
+   */
+  callTimeout?: number;
   logger?: Logger;
 }
 
@@ -159,6 +165,8 @@ export interface EnqueueBatchOptions extends CallOptions {
   priority?: number;
   /** The key of every item of the batch in a fair queue (docs/fairness.md). */
   fairKey?: string | null;
+  /** Ids of items every item of the batch waits for (each becomes ready once they all completed). */
+  after?: Array<string | number | bigint> | null;
 }
 
 export type ItemStateName = 'waiting' | 'scheduled' | 'ready' | 'claimed' | 'completed' | 'dead' | 'cancelled';
@@ -173,14 +181,15 @@ export interface ItemState {
 
 export interface QueueStats {
   queue: string;
-  ready: number;
-  scheduled: number;
-  claimed: number;
-  dead: number;
+  /** Counts are null where the server cannot know them (a standby). */
+  ready: number | null;
+  scheduled: number | null;
+  claimed: number | null;
+  dead: number | null;
   /** A node-postgres interval object, or null. */
   oldestReadyAge: unknown;
   /** Items waiting for others (servers with enqueue(..., after)). */
-  waiting?: number;
+  waiting?: number | null;
   /** Servers with claim.pause. */
   paused?: boolean;
 }

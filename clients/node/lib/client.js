@@ -3,6 +3,11 @@
 const { mapError, NotSupportedError, UnknownQueueError, InvalidArgumentError } = require('./errors');
 const { toInterval, makePool } = require('./util');
 
+/** A count of queue_stats: null (a standby that cannot know it) stays null. */
+function count(value) {
+  return value === null || value === undefined ? null : Number(value);
+}
+
 function jsonParam(value) {
   return JSON.stringify(value === undefined ? {} : value);
 }
@@ -59,14 +64,23 @@ class Client {
   /** Adds many items in one statement; resolves to their ids in order. */
   async enqueueBatch(queue, payloads, opts = {}) {
     if (!Array.isArray(payloads)) throw new TypeError('enqueueBatch: payloads must be an array');
+    const params = [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
+      opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority];
+    let named = '';
+    if (opts.after !== undefined && opts.after !== null) {
+      // Every item of the batch waits for these parents (docs/dependencies).
+      params.push(opts.after.map(String));
+      named += `, after => $${params.length}::bigint[]`;
+    }
     if (opts.fairKey !== undefined && opts.fairKey !== null) {
       // Fair keys: enqueue_many of pg_claim 0.3.0 on (docs/fairness.md).
+      params.push(opts.fairKey);
+      named += `, fair_key => $${params.length}::text`;
+    }
+    if (named) {
       const { rows } = await this._query(
-        'SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int, fair_key => $6::text) AS id',
-        [queue, payloads.map(jsonParam), opts.groupKeys === undefined ? null : opts.groupKeys,
-          opts.runAt === undefined ? null : opts.runAt, opts.priority === undefined ? 0 : opts.priority,
-          opts.fairKey],
-        opts, 'enqueue_many(..., fair_key)');
+        `SELECT id FROM claim.enqueue_many($1::text, $2::jsonb[], $3::text[], $4::timestamptz, $5::int${named}) AS id`,
+        params, opts, `enqueue_many(...${opts.after ? ', after' : ''}${opts.fairKey ? ', fair_key' : ''})`);
       return rows.map((r) => r.id);
     }
     const { rows } = await this._query(
@@ -109,12 +123,12 @@ class Client {
     }
     return rows.map((r) => ({
       queue: r.queue,
-      ready: Number(r.ready),
-      scheduled: Number(r.scheduled),
-      claimed: Number(r.claimed),
-      dead: Number(r.dead),
+      ready: count(r.ready),
+      scheduled: count(r.scheduled),
+      claimed: count(r.claimed),
+      dead: count(r.dead),
       oldestReadyAge: r.oldest_ready_age,
-      ...(r.waiting === undefined ? {} : { waiting: Number(r.waiting) }),
+      ...(r.waiting === undefined ? {} : { waiting: count(r.waiting) }),
       ...(r.paused === undefined ? {} : { paused: r.paused }),
     }));
   }

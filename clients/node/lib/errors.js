@@ -62,7 +62,7 @@ class TransientError extends PgClaimError {}
 
 const TRANSIENT_CODES = new Set(['40001', '40P01', '57P01', '57P02', '57P03', '55P03']);
 // Messages of node-postgres for a connection that broke or could not be made.
-const CONNECTION_TEXT = /Connection terminated|connection error|timeout exceeded when trying to connect|Client was closed|Connection refused|socket hang up/i;
+const CONNECTION_TEXT = /Connection terminated|connection error|timeout exceeded when trying to connect|Client was closed|Connection refused|socket hang up|Query read timeout|Connection timeout/i;
 
 /** A handler throws this to have its item retried after `afterMs` milliseconds. */
 class RetryError extends Error {

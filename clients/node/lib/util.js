@@ -22,11 +22,56 @@ function toInterval(value, what) {
  * options). With none of them: $PG_CLAIM_DSN, else libpq's PG* variables
  * (which node-postgres reads itself).
  */
+/**
+ * Parses a libpq keyword/value connection string
+ * ("host=/var/run/postgresql port=5432 dbname=app", values optionally in
+ * single quotes with backslash escapes) into node-postgres settings.
+ */
+function parseKeywordDsn(dsn) {
+  const out = {};
+  const re = /\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|((?:[^\s'\\]|\\.)*))/gy;
+  let m;
+  let at = 0;
+  while (at < dsn.length && (m = re.exec(dsn)) !== null) {
+    const raw = m[2] !== undefined ? m[2] : m[3];
+    out[m[1].toLowerCase()] = raw.replace(/\\(.)/g, '$1');
+    at = re.lastIndex;
+  }
+  if (dsn.slice(at).trim() !== '') {
+    throw new TypeError(`invalid connection string near "${dsn.slice(at).trim().slice(0, 40)}": ` +
+      'use a URL (postgresql://user@host:5432/db) or keyword=value pairs (host=... dbname=...)');
+  }
+  const config = {};
+  const names = { host: 'host', hostaddr: 'host', port: 'port', dbname: 'database', user: 'user',
+    password: 'password', application_name: 'application_name', options: 'options' };
+  for (const [key, value] of Object.entries(out)) {
+    if (names[key]) config[names[key]] = key === 'port' ? Number(value) : value;
+    else if (key === 'connect_timeout') config.connectionTimeoutMillis = Number(value) * 1000;
+    else if (key === 'sslmode') {
+      if (value === 'disable') config.ssl = false;
+      else if (value === 'require' || value === 'prefer' || value === 'allow') config.ssl = { rejectUnauthorized: false };
+      else config.ssl = true;
+    } else if (key === 'keepalives_idle') config.keepAliveInitialDelayMillis = Number(value) * 1000;
+  }
+  return config;
+}
+
+/** node-postgres settings from a URL or a keyword/value connection string. */
+function dsnConfig(dsn) {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(dsn.trim())) return { connectionString: dsn };
+  return parseKeywordDsn(dsn);
+}
+
+// Every connection of the clients sends TCP keepalives from 10 s of
+// silence on, so that a peer that vanished (a half-open connection) is
+// noticed in about a minute rather than the system's two hours.
+const KEEPALIVE_DEFAULTS = { keepAlive: true, keepAliveInitialDelayMillis: 10000 };
+
 function makePool(options, max) {
   if (options.pool) return { pool: options.pool, owned: false };
-  const config = {};
-  if (options.connectionString) config.connectionString = options.connectionString;
-  else if (!options.poolConfig && process.env.PG_CLAIM_DSN) config.connectionString = process.env.PG_CLAIM_DSN;
+  const config = { ...KEEPALIVE_DEFAULTS };
+  const dsn = options.connectionString || process.env.PG_CLAIM_DSN;
+  if (dsn) Object.assign(config, dsnConfig(dsn));
   if (options.poolConfig) Object.assign(config, options.poolConfig);
   if (max !== undefined && config.max === undefined) config.max = max;
   const pool = new pg.Pool(config);
@@ -102,4 +147,4 @@ async function detectFeatures(queryable) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-module.exports = { toInterval, makePool, cancelActive, detectFeatures, sleep };
+module.exports = { toInterval, makePool, dsnConfig, parseKeywordDsn, cancelActive, detectFeatures, sleep };

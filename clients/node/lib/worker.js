@@ -2,7 +2,7 @@
 
 const os = require('os');
 const { EventEmitter } = require('events');
-const { mapError, isStale, isFatal, RetryError, NotInstalledError } = require('./errors');
+const { mapError, isStale, isFatal, isTransient, RetryError, NotInstalledError } = require('./errors');
 const { toInterval, makePool, cancelActive, detectFeatures, sleep } = require('./util');
 
 const immediate = () => new Promise((resolve) => setImmediate(resolve));
@@ -10,6 +10,12 @@ const MAX_ERROR_TEXT = 8000;
 // Backoff of a claim loop after an error that a retry may fix (ms).
 const BACKOFF_FIRST = 500;
 const BACKOFF_MAX = 30000;
+// A completion or failure that meets a transient error (a dropped
+// connection, a restart, a read-only standby) is tried again this many
+// times in all, with the same token: a stale answer then means another
+// worker has the item, and the outcome is dropped.
+const OUTCOME_TRIES = 4;
+const OUTCOME_BACKOFF_FIRST = 200;
 
 /** host:pid, recorded as the claims' worker unless `worker` names one. */
 function defaultWorkerName() {
@@ -34,6 +40,49 @@ function errorText(err) {
   if (err instanceof Error) text = err.message || err.name;
   else text = String(err);
   return text.length > MAX_ERROR_TEXT ? text.slice(0, MAX_ERROR_TEXT) : text;
+}
+
+/** What a handler threw when it was not an Error (undefined, null, 0, '', a string). */
+class HandlerThrewError extends Error {
+  constructor(value) {
+    let shown;
+    try {
+      shown = typeof value === 'string' ? JSON.stringify(value) : String(value);
+    } catch (e) {
+      shown = typeof value;
+    }
+    super(`the handler threw a non-Error value: ${shown}`);
+    this.name = 'HandlerThrewError';
+    this.value = value;
+  }
+}
+
+/** Marks a pooled client as having the worker's one 'error' listener. */
+const HAS_ERROR_LISTENER = Symbol('pg-claim error listener');
+function quietErrors(client) {
+  if (!client[HAS_ERROR_LISTENER]) {
+    client[HAS_ERROR_LISTENER] = true;
+    client.on('error', () => {});
+  }
+  return client;
+}
+
+/** Backoff with jitter: a random delay between half of `ms` and `ms`. */
+function jitter(ms) {
+  return Math.round(ms / 2 + Math.random() * (ms / 2));
+}
+
+/** Milliseconds of a duration given as a number (ms) or an interval string ('5 s', '500 ms'). */
+function intervalMs(value) {
+  if (typeof value === 'number') return value;
+  const m = /^\s*([0-9.]+)\s*(ms|msec|milliseconds?|s|sec|secs|seconds?|min|mins|minutes?|h|hours?)?\s*$/i.exec(String(value));
+  if (!m) return 3600000; // an interval not parsed here: a generous deadline
+  const n = Number(m[1]);
+  const unit = (m[2] || 's').toLowerCase();
+  if (unit === 'ms' || unit === 'msec' || unit.startsWith('milli')) return n;
+  if (unit.startsWith('min')) return n * 60000;
+  if (unit.startsWith('h')) return n * 3600000;
+  return n * 1000;
 }
 
 function jsonOrNull(value) {
@@ -65,6 +114,15 @@ class Worker extends EventEmitter {
     this.grace = options.grace === undefined ? 30000 : options.grace;
     if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
     this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
+    // The longest any statement of the worker's own may take (a claim: its
+    // wait and this), connecting included: a connection that stopped
+    // answering without closing (a half-open TCP connection) fails the call
+    // instead of hanging the worker. Milliseconds.
+    this.callTimeout = options.callTimeout === undefined ? 30000 : options.callTimeout;
+    if (typeof this.callTimeout !== 'number' || !(this.callTimeout > 0)) {
+      throw new TypeError('Worker: callTimeout must be milliseconds > 0');
+    }
+    this._waitMs = intervalMs(this.wait);
     this.workerName = options.worker || defaultWorkerName();
     this.logger = Object.assign({}, defaultLogger, options.logger || {});
     this._options = options;
@@ -139,7 +197,11 @@ class Worker extends EventEmitter {
       if (this._signal.aborted) this._stopping = true;
       else this._signal.addEventListener('abort', onAbort, { once: true });
     }
-    const { pool, owned } = makePool(this._options, this.concurrency + this.lanes + 1);
+    const { pool, owned } = makePool({
+      ...this._options,
+      poolConfig: { connectionTimeoutMillis: this.callTimeout, ...(this._options.poolConfig || {}) },
+    }, this._poolSize());
+    if (!owned) this._checkPool(pool);
     this._pool = pool;
     this._ownsPool = owned;
     try {
@@ -179,11 +241,40 @@ class Worker extends EventEmitter {
         if (lane.client) lane.client.release(true);
         lane.client = null;
       }
-      if (this._ownsPool) await pool.end().catch(() => {});
+      // A pool whose connections stopped answering must not hold stop() up.
+      if (this._ownsPool) {
+        let timer;
+        await Promise.race([pool.end().catch(() => {}),
+          new Promise((resolve) => { timer = setTimeout(resolve, 5000); })]);
+        clearTimeout(timer);
+      }
       this.emit('stopped');
     }
     if (this._fatal) throw this._fatal;
     return this.stats;
+  }
+
+  /**
+   * Connections the worker may use at once: one per claim loop, one per
+   * running transactional job, and in plain mode a few for completions,
+   * failures and heartbeats (pg.Pool queues the rest), one for stop().
+   */
+  _poolSize() {
+    const perJob = this.transactional ? this.concurrency : Math.min(this.concurrency, 8);
+    return this.lanes + perJob + 1;
+  }
+
+  _checkPool(pool) {
+    const max = pool && pool.options && pool.options.max;
+    if (this.transactional && typeof max === 'number' && max < this.lanes + this.concurrency) {
+      throw new TypeError(`Worker: the pool given has max ${max} connections; transactional mode with ` +
+        `concurrency ${this.concurrency} and lanes ${this.lanes} needs at least ${this.lanes + this.concurrency}`);
+    }
+  }
+
+  /** A statement of the worker's own, with its deadline (callTimeout, plus `extraMs`). */
+  _q(on, text, values, extraMs = 0) {
+    return on.query({ text, values, query_timeout: this.callTimeout + extraMs });
   }
 
   _kick() {
@@ -239,8 +330,7 @@ class Worker extends EventEmitter {
       let rows;
       try {
         if (!lane.client) {
-          lane.client = await this._pool.connect();
-          lane.client.on('error', () => {});
+          lane.client = quietErrors(await this._pool.connect());
         }
         if (this._stopping) {
           // stop() came while connecting: its cancel found nothing to cancel.
@@ -286,7 +376,7 @@ class Worker extends EventEmitter {
           lane.client = null;
         }
         if (this._stopping) break;
-        await this._pause(backoff);
+        await this._pause(jitter(backoff));
         backoff = Math.min(backoff * 2, BACKOFF_MAX);
         continue;
       }
@@ -319,7 +409,7 @@ class Worker extends EventEmitter {
       '(EXTRACT(EPOCH FROM lease_until - pg_catalog.clock_timestamp()) * 1000)::float8 AS lease_ms ' +
       `FROM ${call}`;
     try {
-      const { rows } = await client.query(sql, params);
+      const { rows } = await this._q(client, sql, params, done.length ? 0 : this._waitMs);
       return rows;
     } catch (err) {
       throw mapError(err);
@@ -327,7 +417,7 @@ class Worker extends EventEmitter {
   }
 
   _releaseUnstarted(row) {
-    const p = this._pool.query('SELECT claim.release($1::bigint)', [row.token]).then(
+    const p = this._q(this._pool, 'SELECT claim.release($1::bigint)', [row.token]).then(
       () => { this.stats.released += 1; },
       (err) => this.logger.warn(`release of item ${row.id} failed: ${errorText(err)}`),
     );
@@ -386,10 +476,13 @@ class Worker extends EventEmitter {
   async _runPlain(state, ctx) {
     let result;
     let error = null;
+    let threw = false;
     try {
       result = await this.handler(state.job, ctx);
     } catch (err) {
-      error = err;
+      // Whatever was thrown (undefined, null, 0, '' included) is a failure.
+      threw = true;
+      error = err instanceof Error ? err : new HandlerThrewError(err);
     }
     this._handlerDone(state);
     if (state.abandoned) return; // released at the end of the grace period
@@ -397,11 +490,20 @@ class Worker extends EventEmitter {
       this._dropStale(state, 'the handler finished after its lease was lost');
       return;
     }
-    if (error) {
+    if (threw) {
       await this._fail(state, error, this._pool);
       return;
     }
-    this._complete(state, result);
+    let json;
+    try {
+      json = jsonOrNull(result);
+    } catch (err) {
+      // A result that cannot be stored (a BigInt, a cycle): fail the item
+      // rather than leave it neither completed nor failed.
+      await this._fail(state, new TypeError(`the handler's result cannot be stored as JSON: ${errorText(err)}`), this._pool);
+      return;
+    }
+    this._complete(state, result, json);
   }
 
   async _runTransactional(state, ctx) {
@@ -415,34 +517,50 @@ class Worker extends EventEmitter {
       this._settled(state, 'dropped');
       return;
     }
-    client.on('error', () => {});
+    quietErrors(client);
     state.client = client;
     ctx.client = client;
     let phase = 'begin';
     let result;
     try {
       if (state.abandoned) throw new Error('abandoned');
-      await client.query('BEGIN');
+      await this._q(client, 'BEGIN');
       phase = 'assert';
-      await client.query('SELECT claim.assert_token($1::bigint)', [job.token]);
-      // The claim is now held until this transaction ends: no heartbeat needed.
-      this._stopHeartbeat(state);
+      await this._q(client, 'SELECT claim.assert_token($1::bigint)', [job.token]);
+      // From here on the lease is extended inside this transaction (state.inTx):
+      // from another connection, extend would wait for the lock that
+      // assert_token holds. The heartbeat's queries queue on this client
+      // between the handler's statements.
+      state.inTx = true;
       phase = 'handler';
-      result = await this.handler(job, ctx);
+      try {
+        result = await this.handler(job, ctx);
+      } catch (err) {
+        throw err instanceof Error ? err : new HandlerThrewError(err);
+      }
       this._handlerDone(state);
       if (state.abandoned) throw new Error('abandoned');
       phase = 'complete';
-      await this._completeOn(client, job.token, result);
+      let json;
+      try {
+        json = jsonOrNull(result);
+      } catch (err) {
+        phase = 'handler';
+        throw new TypeError(`the handler's result cannot be stored as JSON: ${errorText(err)}`);
+      }
+      await this._completeOn(client, job.token, result, json);
       phase = 'commit';
-      await client.query('COMMIT');
+      state.inTx = false;
+      await this._q(client, 'COMMIT');
       this._releaseClient(state, false);
       this._settled(state, 'completed', result);
     } catch (err) {
+      state.inTx = false;
       this._handlerDone(state);
       const usable = !state.clientGone;
       if (usable) {
         try {
-          await client.query('ROLLBACK');
+          await this._q(client, 'ROLLBACK');
         } catch (e) {
           this._releaseClient(state, true);
         }
@@ -480,9 +598,12 @@ class Worker extends EventEmitter {
   // --- heartbeat ------------------------------------------------------------
 
   _startHeartbeat(state) {
-    const every = Math.max(Math.floor(state.leaseMs / 3), 50);
+    // A third of the lease, less up to a tenth at random, so that jobs
+    // claimed together do not all extend at the same instant.
+    const third = state.leaseMs / 3;
+    const every = Math.max(Math.floor(third - Math.random() * third * 0.3), 50);
     state.heartbeatTimer = setInterval(() => {
-      if (state.extending || state.finished || state.lost) return;
+      if (state.extending || state.finished || state.lost || state.handlerDone) return;
       this._extend(state, this.lease).catch(() => {});
     }, every);
     if (state.heartbeatTimer.unref) state.heartbeatTimer.unref();
@@ -497,8 +618,10 @@ class Worker extends EventEmitter {
 
   async _extend(state, lease) {
     state.extending = true;
+    // In transactional mode, inside the handler's transaction (see _runTransactional).
+    const on = state.inTx && state.client && !state.clientGone ? state.client : this._pool;
     try {
-      const { rows } = await this._pool.query('SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
+      const { rows } = await this._q(on, 'SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
         [state.job.token, toInterval(lease, 'lease')]);
       state.job.leaseUntil = rows[0].lease_until;
       return rows[0].lease_until;
@@ -519,18 +642,16 @@ class Worker extends EventEmitter {
 
   // --- outcomes -------------------------------------------------------------
 
-  _completeOn(queryable, token, result) {
-    const json = jsonOrNull(result);
+  _completeOn(queryable, token, result, json = jsonOrNull(result)) {
     if (json !== null && this._features.result) {
-      return queryable.query('SELECT claim.complete($1::bigint, $2::jsonb)', [token, json]);
+      return this._q(queryable, 'SELECT claim.complete($1::bigint, $2::jsonb)', [token, json]);
     }
-    return queryable.query('SELECT claim.complete($1::bigint)', [token]);
+    return this._q(queryable, 'SELECT claim.complete($1::bigint)', [token]);
   }
 
-  _complete(state, result) {
-    const json = jsonOrNull(result);
+  _complete(state, result, json) {
     if (json !== null && this._features.result) {
-      this._track(this._completeOn(this._pool, state.job.token, result).then(
+      this._track(this._withRetry(() => this._completeOn(this._pool, state.job.token, result, json)).then(
         () => this._settled(state, 'completed', result),
         (err) => this._completionFailed(state, err),
       ));
@@ -558,7 +679,7 @@ class Worker extends EventEmitter {
       this._completeEach(batch);
       return;
     }
-    this._track(this._pool.query('SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
+    this._track(this._q(this._pool, 'SELECT claim.complete_many($1::bigint[])', [batch.map((s) => s.job.token)]).then(
       () => { for (const s of batch) this._settled(s, 'completed'); },
       (err) => {
         // One stale token refuses the whole batch: complete one by one.
@@ -568,9 +689,23 @@ class Worker extends EventEmitter {
     ));
   }
 
+  /** Runs `send` again (up to OUTCOME_TRIES in all) while it fails with a transient error. */
+  async _withRetry(send) {
+    let delay = OUTCOME_BACKOFF_FIRST;
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await send();
+      } catch (err) {
+        if (attempt >= OUTCOME_TRIES || !(isTransient(err) || (err && err.code === '57014'))) throw err;
+        await sleep(jitter(delay));
+        delay *= 2;
+      }
+    }
+  }
+
   _completeEach(states) {
     for (const state of states) {
-      this._track(this._pool.query('SELECT claim.complete($1::bigint)', [state.job.token]).then(
+      this._track(this._withRetry(() => this._q(this._pool, 'SELECT claim.complete($1::bigint)', [state.job.token])).then(
         () => this._settled(state, 'completed'),
         (err) => this._completionFailed(state, err),
       ));
@@ -596,8 +731,10 @@ class Worker extends EventEmitter {
       this.logger.info(`worker ${this.workerName}: job ${job.id} attempt ${job.attempt}: retry in ${error.afterMs} ms`);
     }
     try {
-      await queryable.query('SELECT claim.fail($1::bigint, $2::text, $3::interval)',
+      const send = () => this._q(queryable, 'SELECT claim.fail($1::bigint, $2::text, $3::interval)',
         [state.job.token, errorText(error), retryIn]);
+      if (queryable === this._pool) await this._withRetry(send);
+      else await send();
       this.stats.failed += 1;
       this._settled(state, 'failed', error);
     } catch (err) {
@@ -678,7 +815,7 @@ class Worker extends EventEmitter {
       this._releaseClient(state, true);
     }
     try {
-      await this._pool.query('SELECT claim.release($1::bigint)', [state.job.token]);
+      await this._q(this._pool, 'SELECT claim.release($1::bigint)', [state.job.token]);
       this.stats.released += 1;
       this._settled(state, 'released');
     } catch (err) {

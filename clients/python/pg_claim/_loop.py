@@ -4,6 +4,9 @@ The workers (:mod:`pg_claim.worker`, :mod:`pg_claim.aio`) only do the I/O
 these decisions ask for, each in its own way (threads or tasks)."""
 from __future__ import annotations
 
+import json
+import random
+
 import logging
 import os
 import socket
@@ -53,6 +56,48 @@ def _error_text(exc: BaseException) -> str:
     return text if text else type(exc).__name__
 
 
+class HandlerExit(Exception):
+    """A handler raised a BaseException that is not the worker's own stop
+    (SystemExit, or a CancelledError it raised itself): the job fails with
+    its text, and the slot goes on."""
+
+    def __init__(self, exc: BaseException) -> None:
+        text = str(exc).strip()
+        super().__init__(f"the handler raised {type(exc).__name__}" + (f"({text})" if text else ""))
+        self.original = exc
+
+
+def unstorable(result: Any) -> Optional[str]:
+    """Why ``result`` cannot be stored as a job's JSON result (None: it can)."""
+    if result is None:
+        return None
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"the handler's result cannot be stored as JSON: {exc}"
+    return None
+
+
+# A completion or failure that meets a transient error is sent again, with the
+# same token, this many times in all (a stale answer then means another worker
+# has the item, and the outcome is dropped).
+OUTCOME_TRIES = 4
+
+
+def jittered(seconds: float) -> float:
+    """A backoff with jitter: between half of ``seconds`` and ``seconds``, so
+    that workers that failed together do not retry together."""
+    return seconds / 2 + random.random() * seconds / 2
+
+
+def transient(exc: BaseException) -> bool:
+    """An error that the same statement may not meet again (the errors
+    module's Transient: a lost connection, a restart, a serialization
+    failure, a deadlock, a lock timeout)."""
+    from .errors import is_transient
+    return is_transient(exc)
+
+
 def _primary(exc: BaseException) -> Optional[str]:
     return exc.diag.message_primary if isinstance(exc, psycopg.Error) else str(exc)
 
@@ -94,6 +139,7 @@ class SlotState:
         self.last_cancel = 0.0
         self.closed = False
         self.conn: Any = None          # the slot's connection (sync or async)
+        self.beat_conn: Any = None     # the heartbeat's own, once the slot's broke mid-job
         self._cur: Any = None
 
     def claim_cursor(self) -> Any:
@@ -327,6 +373,11 @@ class WorkerBase:
             return "stale", None, None
         kind, value = outcome
         if kind == "ok":
+            why = unstorable(value)
+            if why is not None:
+                log.warning("worker %s: job %d attempt %d failed: %s", self._label(), job.id,
+                            job.attempt, why)
+                return "fail", why, None
             features = getattr(self, "features", None)
             if value is None and features is not None and features.claim_done and not stopping:
                 return "defer", None, None
@@ -418,5 +469,6 @@ class WorkerBase:
                         "outcome will be dropped", self._label(), job.id,
                         job.attempt, _primary(exc))
             return True
-        log.debug("heartbeat of job %d: %s", job.id, exc)
+        log.warning("worker %s: heartbeat of job %d failed (%s); trying again",
+                    self._label(), job.id, _error_text(exc))
         return False

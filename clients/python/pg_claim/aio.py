@@ -15,7 +15,8 @@ import psycopg
 from ._common import Job, Retry, WorkerStats
 from ._features import FEATURES_SQL, Features
 from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
-                    _Abandoned, _error_text, _sqlstate, log)
+                    OUTCOME_TRIES, HandlerExit, _Abandoned, jittered, _error_text, _sqlstate, log,
+                    transient, unstorable)
 from .errors import map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
                      LeaseClock, complete_statement, connect_kwargs_for)
@@ -32,6 +33,7 @@ class _ASlot(SlotState):
         self.beat_task: Optional["asyncio.Task[None]"] = None
         self.leases = LeaseClock(None)
         self.released = 0              # token this slot released itself at shutdown
+        self.pending: List[int] = []   # a finished job's token, to complete on the next claim
 
 
 async def _finish(task: "Optional[asyncio.Task[None]]") -> None:
@@ -109,6 +111,11 @@ class AsyncWorker(WorkerBase):
             self._stop_requested = True
             self._stop.set()
             await self._shutdown()
+        except asyncio.CancelledError:
+            # run() itself was cancelled: stop at once (no grace period),
+            # give back every claim, and let the cancellation through.
+            await self._cancelled_shutdown()
+            raise
         finally:
             for sig in installed:
                 self._loop.remove_signal_handler(sig)
@@ -181,6 +188,40 @@ class AsyncWorker(WorkerBase):
             if slot.released != job.token:
                 await self._release_fresh(slot, job)
 
+    async def _cancelled_shutdown(self) -> None:
+        """run() was cancelled: stop claiming, cancel every slot's task (its
+        claim or handler), then release the jobs they held and complete the
+        ones whose completion was waiting for the next claim, each from a
+        connection of its own. Whatever happens, every slot has ended."""
+        self._stop_requested = True
+        self._hurry = True
+        if self._stop is not None:
+            self._stop.set()
+        held = [(slot, slot.job) for slot in self._slots if slot.job is not None]
+        for slot in self._slots:
+            slot.abandoned = slot.job is not None
+            if slot.state == "claiming" or (self.transactional and slot.job is not None):
+                self._cancel(slot)   # the server stops the claim (or the statement)
+        for slot in self._slots:
+            await _finish(slot.task)
+            await _finish(slot.beat_task)
+        for slot, job in held:
+            if job is not None and slot.released != job.token:
+                await self._release_fresh(slot, job)
+        for slot in self._slots:
+            for token in slot.pending:
+                try:
+                    conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
+                                                                 **self._fresh_kwargs())
+                    try:
+                        await conn.execute(*complete_statement(self.features, token, None))
+                        self.stats.completed += 1
+                    finally:
+                        await conn.close()
+                except psycopg.Error as exc:
+                    self._log_pending_lost(token, exc)
+            slot.pending = []
+
     async def _release_fresh(self, slot: _ASlot, job: Job) -> None:
         """Release from a connection of our own, after the slot's
         transaction was rolled back (its task cancelled) or its connection
@@ -234,21 +275,32 @@ class AsyncWorker(WorkerBase):
                 try:
                     if not self._take_ticket():
                         break
+                    slot.pending = pending
                     rows = await self._claim(slot, pending)
                     pending, backoff = [], BACKOFF_FIRST
+                    slot.pending = []
                     if not rows and self._slot_ends(rows):
                         break
                     if rows:
                         job = slot.leases.job(self.queue, rows[0])
                         if await self._process(slot, job):
                             pending = [job.token]
+                            slot.pending = pending
                 except Exception as exc:  # what the slot does next is _slot_error's
-                    pending = []
+                    lost, pending = pending, []
+                    slot.pending = []
                     step = self._slot_error(slot, exc, backoff)
                     if step == "reconnect":
                         await self._reconnect(slot, exc)
                     elif step == "retry":
-                        await self._sleep(backoff)
+                        await self._sleep(jittered(backoff))
+                    if lost and step != "fatal":
+                        # The claim that carried a finished job's completion
+                        # failed: complete it on its own.
+                        try:
+                            await self._complete_now(slot, lost[0], None)
+                        except psycopg.Error as err:
+                            self._log_pending_lost(lost[0], err)
                     after = self._next_backoff(step, backoff)
                     if after is None:
                         break
@@ -282,7 +334,7 @@ class AsyncWorker(WorkerBase):
                 return
             except psycopg.OperationalError as err:
                 self._log_reconnect(slot, err, failed=True, delay=delay)
-                await self._sleep(delay)
+                await self._sleep(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
 
     async def _fetch(self, slot: _ASlot, query: str,
@@ -340,10 +392,24 @@ class AsyncWorker(WorkerBase):
             return slot.abandoned, slot.lost
 
     async def _call_handler(self, job: Job) -> Any:
-        value = self.handler(job)
-        if inspect.isawaitable(value):
-            value = await value
-        return value
+        try:
+            value = self.handler(job)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        except (asyncio.CancelledError, SystemExit) as exc:
+            if isinstance(exc, asyncio.CancelledError) and self._cancelled_from_outside():
+                raise   # run() itself is being cancelled
+            raise HandlerExit(exc) from exc
+
+    def _cancelled_from_outside(self) -> bool:
+        """True when this task is being cancelled (not a CancelledError that a
+        handler raised of its own)."""
+        if self._hurry:
+            return True
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        return bool(cancelling and cancelling())
 
     async def _process(self, slot: _ASlot, job: Job) -> bool:
         assert self._stop is not None
@@ -382,6 +448,9 @@ class AsyncWorker(WorkerBase):
                     abandoned, _lost = await self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
+                why = unstorable(result)
+                if why is not None:
+                    raise ValueError(why)
                 await slot.claim_cursor().execute(*complete_statement(self.features, job.token,
                                                                       result))
             self.stats.completed += 1
@@ -415,11 +484,20 @@ class AsyncWorker(WorkerBase):
         """Run a completion statement, again when a cancel meant for a claim
         hit it (at most three times in all)."""
         try:
-            await slot.claim_cursor().execute(query, params)
+            await self._execute_outcome(slot, query, params)
         except psycopg.Error as exc:
-            if _sqlstate(exc) != CANCELED or attempt == 2:
+            last = attempt == OUTCOME_TRIES - 1
+            if last or not (_sqlstate(exc) == CANCELED or transient(exc)):
                 raise
+            if transient(exc):
+                if slot.conn is None or slot.conn.closed or slot.conn.broken:
+                    await self._reconnect(slot, exc)
+                else:
+                    await self._sleep(0.2 * 2 ** attempt)
             await self._outcome_now(slot, query, params, attempt + 1)
+
+    async def _execute_outcome(self, slot: _ASlot, query: str, params: Tuple[Any, ...]) -> None:
+        await slot.claim_cursor().execute(query, params)
 
     async def _send_outcome(self, slot: _ASlot, query: str, params: Tuple[Any, ...],
                             counter: str, what: str, subject: Any) -> None:

@@ -16,10 +16,11 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type
 
 import psycopg
 
@@ -218,21 +219,61 @@ class CommandFailed(Exception):
     """The job's command exited with a non-zero status."""
 
 
-def command_handler(command: Sequence[str], timeout: Optional[float]) -> Callable[[Job], Any]:
+class Children:
+    """The commands running now, each in a process group of its own, so
+    that a stop can end them with everything they started."""
+
+    def __init__(self) -> None:
+        self.procs: Set["subprocess.Popen[bytes]"] = set()
+
+    def end_all(self, wait: float = 2.0) -> None:
+        """SIGTERM to every running command's process group, SIGKILL to
+        those still there after ``wait`` seconds."""
+        procs = list(self.procs)
+        for proc in procs:
+            _kill_group(proc, signal.SIGTERM)
+        end = time.monotonic() + wait
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(proc, signal.SIGKILL)
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]", sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def command_handler(command: Sequence[str], timeout: Optional[float],
+                    children: Optional[Children] = None) -> Callable[[Job], Any]:
     """A handler that runs ``command`` with the payload (JSON) on stdin.
-    One word runs through /bin/sh -c; several are run as they are."""
+    One word runs through /bin/sh -c; several are run as they are. Each
+    runs in a process group of its own (listed in ``children``)."""
     shell = len(command) == 1
     argv: Any = command[0] if shell else list(command)
+    live = children if children is not None else Children()
 
     def handle(job: Job) -> Any:
         env = dict(os.environ, PG_CLAIM_QUEUE=job.queue, PG_CLAIM_ITEM_ID=str(job.id),
                    PG_CLAIM_ATTEMPT=str(job.attempt), PG_CLAIM_TOKEN=str(job.token))
+        child = subprocess.Popen(argv, shell=shell, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                 start_new_session=True)
+        live.procs.add(child)
         try:
-            proc = subprocess.run(argv, shell=shell, input=json.dumps(job.payload).encode(),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                  timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise CommandFailed(f"the command ran longer than {timeout:g} s") from exc
+            try:
+                stdout, stderr = child.communicate(json.dumps(job.payload).encode(), timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                _kill_group(child, signal.SIGKILL)
+                child.communicate()
+                raise CommandFailed(f"the command ran longer than {timeout:g} s") from exc
+        finally:
+            live.procs.discard(child)
+        proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
         if proc.stderr:
             sys.stderr.buffer.write(proc.stderr)
             sys.stderr.flush()
@@ -256,11 +297,17 @@ def cmd_work(args: argparse.Namespace, dsn: str) -> int:
     command = list(args.command)
     if not command:
         raise _Fail("work: give the command after --, e.g. pg_claim work QUEUE -- ./handle.sh", 2)
-    worker = Worker(dsn, args.queue, command_handler(command, args.timeout),
+    children = Children()
+    worker = Worker(dsn, args.queue, command_handler(command, args.timeout, children),
                     concurrency=args.concurrency, lease=args.lease,
                     wait=args.wait if args.wait is not None else (0.0 if args.burst else 10.0),
                     grace=args.grace, name=args.name, burst=args.burst, max_jobs=args.max_jobs)
-    stats = worker.run()
+    try:
+        stats = worker.run()
+    finally:
+        # Commands still running after the grace period (their items were
+        # released) end with the worker rather than outlive it.
+        children.end_all()
     logging.getLogger("pg_claim.cli").info(
         "work: %d claimed, %d completed, %d failed, %d stale, %d released", stats.claimed,
         stats.completed, stats.failed + stats.retried, stats.stale, stats.released)

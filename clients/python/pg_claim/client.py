@@ -27,16 +27,20 @@ class ItemState:
     finished_at: Optional[_dt.datetime]
 
 
+def _count(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
+
+
 @dataclass(frozen=True)
 class QueueStats:
     """One row of ``claim.queue_stats``; ``extra`` holds columns this client
     does not name."""
 
     queue: str
-    ready: int
-    scheduled: int
-    claimed: int
-    dead: int
+    ready: Optional[int]            # None where the server cannot know (a standby)
+    scheduled: Optional[int]
+    claimed: Optional[int]
+    dead: Optional[int]
     oldest_ready_age: Optional[_dt.timedelta]
     waiting: Optional[int]          # items waiting for others (None: server without `after`)
     paused: Optional[bool]          # None: server without pause
@@ -207,9 +211,10 @@ class Client:
         for row in cur.fetchall():
             rec = dict(zip(names, row))
             extra = {k: v for k, v in rec.items() if k not in _STATS_FIELDS}
-            out.append(QueueStats(queue=rec["queue"], ready=int(rec["ready"] or 0),
-                                  scheduled=int(rec["scheduled"] or 0),
-                                  claimed=int(rec["claimed"] or 0), dead=int(rec["dead"] or 0),
+            # A count the server cannot know (a standby) stays None, not 0.
+            out.append(QueueStats(queue=rec["queue"], ready=_count(rec["ready"]),
+                                  scheduled=_count(rec["scheduled"]),
+                                  claimed=_count(rec["claimed"]), dead=_count(rec["dead"]),
                                   oldest_ready_age=rec.get("oldest_ready_age"),
                                   waiting=None if rec.get("waiting") is None else int(rec["waiting"]),
                                   paused=rec.get("paused"), extra=extra))

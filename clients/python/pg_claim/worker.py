@@ -10,6 +10,8 @@ one round trip per job.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import signal
 import threading
@@ -23,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from ._common import Job, Retry, WorkerStats, sum_stats
 from ._features import FEATURES_SQL, Features
-from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
+from ._loop import (OUTCOME_TRIES, HandlerExit, jittered, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
 from .errors import map_error
@@ -85,12 +87,26 @@ def complete_statement(features: Optional[Features], token: int,
     return COMPLETE_SQL, (token,)
 
 
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+              "keepalives_count": 3}
+
+
 def connect_kwargs_for(conninfo: str, given: Dict[str, Any], prepare: bool,
                        label: str) -> Dict[str, Any]:
     """psycopg.connect arguments: statements unprepared unless asked (see
     README, PgBouncer), and an application_name unless the caller set one."""
     kwargs = dict(given)
     kwargs.setdefault("prepare_threshold", 5 if prepare else None)
+    # TCP keepalives from 10 s of silence on (libpq's keepalives_*), unless
+    # the connection string or the caller sets them: a peer that vanished
+    # (a half-open connection) is noticed in about half a minute, not two hours.
+    try:
+        given_params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        given_params = {}
+    for key, value in KEEPALIVES.items():
+        if key not in given_params:
+            kwargs.setdefault(key, value)
     if "application_name" not in kwargs:
         try:
             named = "application_name" in conninfo_to_dict(conninfo)
@@ -175,6 +191,7 @@ class Worker(WorkerBase):
         self.features: Optional[Features] = None
         self._stop = threading.Event()
         self._hurry = threading.Event()
+        self._signals: List[int] = []   # signals received, for run() to act on
         self._stats_lock = threading.Lock()
         self._slots: List[_Slot] = []
         self._sql: Optional[ClaimSQL] = None
@@ -208,6 +225,7 @@ class Worker(WorkerBase):
                 if not any(s.thread is not None and s.thread.is_alive() for s in self._slots):
                     break
                 self._stop.wait(0.2)
+                self._take_signals()
             self._stop.set()
             self._shutdown()
         finally:
@@ -220,8 +238,19 @@ class Worker(WorkerBase):
 
     # -- set-up and shutdown -------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        log.info("worker %s: signal %d, stopping", self._label(), signum)
-        self.stop()
+        # Only a counter: the handler runs between two bytecodes of the main
+        # thread, which may hold the stop Event's lock or a logging lock at
+        # that moment; taking either here could deadlock. The main thread
+        # acts on it within 0.2 s (run()'s loop, the grace period's loop).
+        self._signals.append(signum)
+
+    def _take_signals(self) -> None:
+        """Act on the signals _on_signal recorded: each stops (a second one
+        ends the grace period)."""
+        while self._signals:
+            signum = self._signals.pop(0)
+            log.info("worker %s: signal %d, stopping", self._label(), signum)
+            self.stop()
 
     def _connect(self) -> "psycopg.Connection[Any]":
         kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
@@ -253,6 +282,9 @@ class Worker(WorkerBase):
         deadline = time.monotonic() + self.grace
         # Stop the claims that wait in the server, then let handlers finish.
         while time.monotonic() < deadline and not self._hurry.is_set():
+            self._take_signals()
+            if self._hurry.is_set():
+                break
             alive = [s for s in self._slots if s.thread is not None and s.thread.is_alive()]
             if not alive:
                 break
@@ -318,8 +350,31 @@ class Worker(WorkerBase):
         except psycopg.Error as exc:
             self._log_release(job, exc, fresh=False)
 
+    def _beat_conn(self, slot: _Slot) -> "Optional[psycopg.Connection[Any]]":
+        """The heartbeat's own connection (plain mode: a transactional job's
+        lease can only be extended inside its transaction), opened when the
+        slot's broke."""
+        if self.transactional:
+            return None
+        conn = slot.beat_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = slot.beat_conn = self._connect()
+                log.warning("worker %s: slot %d lost its connection under a running job; "
+                            "the heartbeat extends from a connection of its own", self._label(),
+                            slot.index)
+            except psycopg.Error as exc:
+                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                return None
+        return conn
+
     def _close(self) -> None:
         for slot in self._slots:
+            if slot.beat_conn is not None:
+                try:
+                    slot.beat_conn.close()
+                except psycopg.Error:
+                    pass
             with slot.lock:
                 slot.closed = True
                 slot.cond.notify_all()
@@ -364,8 +419,16 @@ class Worker(WorkerBase):
                     if self._process(slot, job):
                         pending = [job.token]
                 except Exception as exc:  # what the slot does next is _slot_error's
-                    pending = []
+                    lost, pending = pending, []
                     after = self._recover(slot, exc, backoff)
+                    if lost and after is not None:
+                        # The claim that carried a finished job's completion
+                        # failed: complete it on its own (a stale answer: it
+                        # was completed after all, or another worker has it).
+                        try:
+                            self._complete_now(slot, lost[0], None)
+                        except psycopg.Error as err:
+                            self._log_pending_lost(lost[0], err)
                     if after is None:
                         break
                     backoff = after
@@ -383,7 +446,7 @@ class Worker(WorkerBase):
         if step == "reconnect":
             self._reconnect(slot, exc)
         elif step == "retry":
-            self._stop.wait(backoff)
+            self._stop.wait(jittered(backoff))
         return self._next_backoff(step, backoff)
 
     def _reconnect(self, slot: _Slot, exc: BaseException) -> None:
@@ -400,7 +463,7 @@ class Worker(WorkerBase):
                 return
             except psycopg.OperationalError as err:
                 self._log_reconnect(slot, err, failed=True, delay=delay)
-                self._stop.wait(delay)
+                self._stop.wait(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def _fetch(self, slot: _Slot, query: str, params: Any = None) -> List[Tuple[Any, ...]]:
@@ -465,6 +528,14 @@ class Worker(WorkerBase):
             slot.job = None
             return slot.abandoned, slot.lost
 
+    def _call_handler(self, job: Job) -> Any:
+        """The handler's result; a SystemExit or CancelledError it raises
+        fails the job (HandlerExit) rather than end the slot's thread."""
+        try:
+            return self.handler(job)
+        except (SystemExit, asyncio.CancelledError, concurrent.futures.CancelledError) as exc:
+            raise HandlerExit(exc) from exc
+
     def _process(self, slot: _Slot, job: Job) -> bool:
         """Run one job. True: completion deferred to the next claim."""
         if self.transactional:
@@ -473,7 +544,7 @@ class Worker(WorkerBase):
         self._start_job(slot, job)
         outcome: Tuple[str, Any]
         try:
-            outcome = ("ok", self.handler(job))
+            outcome = ("ok", self._call_handler(job))
         except Retry as exc:
             outcome = ("retry", exc)
         except Exception as exc:  # the handler's failure is the job's outcome
@@ -497,11 +568,14 @@ class Worker(WorkerBase):
                 job.conn = conn
                 self._start_job(slot, job)
                 try:
-                    result = self.handler(job)
+                    result = self._call_handler(job)
                 finally:
                     abandoned, lost = self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
+                why = unstorable(result)
+                if why is not None:
+                    raise ValueError(why)
                 self._execute_complete(slot.claim_cursor(), job.token, result)
             slot.stats.completed += 1
         except _Abandoned:
@@ -536,22 +610,31 @@ class Worker(WorkerBase):
     def _execute_complete(self, cur: "psycopg.Cursor[Any]", token: int, result: Any) -> None:
         cur.execute(*complete_statement(self.features, token, result))
 
-    def _retrying(self, fn: Callable[[], None]) -> None:
-        """Run a completion statement; a cancel meant for a claim may hit it."""
-        for attempt in range(3):
+    def _retrying(self, slot: _Slot, fn: Callable[[], None]) -> None:
+        """Run a completion statement: again when a cancel meant for a claim
+        hit it, or after a transient error (on a new connection when the
+        slot's is gone), with the same token; OUTCOME_TRIES times in all."""
+        for attempt in range(OUTCOME_TRIES):
             try:
                 fn()
                 return
             except psycopg.Error as exc:
-                if _sqlstate(exc) != CANCELED or attempt == 2:
+                last = attempt == OUTCOME_TRIES - 1
+                if last or not (_sqlstate(exc) == CANCELED or transient(exc)):
                     raise
+                if transient(exc):
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        self._reconnect(slot, exc)
+                    else:
+                        self._stop.wait(0.2 * 2 ** attempt)
 
     def _complete_now(self, slot: _Slot, token: int, result: Any) -> None:
         def run() -> None:
             self._execute_complete(slot.claim_cursor(), token, result)
 
         try:
-            self._retrying(run)
+            self._retrying(slot, run)
             slot.stats.completed += 1
         except psycopg.Error as exc:
             self._stale_outcome("complete", token, exc)
@@ -562,7 +645,7 @@ class Worker(WorkerBase):
             slot.claim_cursor().execute(FAIL_SQL, (job.token, error, retry_in))
 
         try:
-            self._retrying(run)
+            self._retrying(slot, run)
             self._count(slot, "retried" if retry_in is not None else "failed")
         except psycopg.Error as exc:
             self._stale_outcome("fail", job, exc)
@@ -592,9 +675,22 @@ class Worker(WorkerBase):
                     if slot.job is not job or slot.abandoned:
                         continue
                 conn = slot.conn
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._beat_conn(slot)
                 try:
                     assert conn is not None and job is not None
-                    conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    try:
+                        conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    except psycopg.OperationalError as exc:
+                        # The slot's connection died under a running handler:
+                        # extend from the heartbeat's own, so that the lease
+                        # does not run out and hand the job to another worker.
+                        if not transient(exc) or conn is slot.beat_conn:
+                            raise
+                        beat = self._beat_conn(slot)
+                        if beat is None:
+                            raise
+                        beat.execute(EXTEND_SQL, (job.token, self.lease))
                     slot.stats.extended += 1
                 except Exception as exc:  # never let the heartbeat thread die
                     if job is not None and self._beat_failed(job, exc):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import hashlib
+import hmac
 import html
 import json
 import os
@@ -116,8 +118,10 @@ class View:
     """What one request asks to see: the queue of the charts and the
     finished items (None: all), and the auto-refresh period (0: paused)."""
 
-    def __init__(self, queue: Optional[str], refresh: int) -> None:
+    def __init__(self, queue: Optional[str], refresh: int, dead_before: Optional[int] = None) -> None:
         self.queue, self.refresh = queue or None, max(0, min(refresh, 3600))
+        self.dead_before = dead_before   # keyset of the dead items' page: ids below this
+        self.csrf = ""                    # the form token of the session asking
 
     @classmethod
     def from_query(cls, qs: Dict[str, List[str]], default_refresh: int) -> "View":
@@ -125,29 +129,46 @@ class View:
             refresh = int(qs.get("refresh", [str(default_refresh)])[0])
         except ValueError:
             refresh = default_refresh
-        return cls(qs.get("queue", [""])[0], refresh)
+        try:
+            before: Optional[int] = int(qs.get("dead_before", [""])[0])
+        except ValueError:
+            before = None
+        return cls(qs.get("queue", [""])[0], refresh, before)
 
     def url(self, **changes: Any) -> str:
-        params = {"queue": self.queue or "", "refresh": self.refresh}
+        params = {"queue": self.queue or "", "refresh": self.refresh,
+                  "dead_before": self.dead_before if self.dead_before is not None else ""}
         params.update(changes)
         return "/?" + urllib.parse.urlencode({k: v for k, v in params.items() if v not in ("", None)})
 
 
 class Dashboard:
     def __init__(self, dsn: str, *, actions: bool = True, sample_every: float = 5.0,
-                 refresh: int = DEFAULT_REFRESH) -> None:
+                 refresh: int = DEFAULT_REFRESH, statement_timeout: float = 5.0) -> None:
         self.dsn = dsn
         self.actions = actions
         self.refresh = refresh
-        self.csrf = secrets.token_urlsafe(24)
+        self.statement_timeout = statement_timeout
+        # Form tokens are per browser session: HMAC(secret, session cookie).
+        self.secret = secrets.token_bytes(32)
         self.history = History(self.connect, sample_every)
 
     # -- data ----------------------------------------------------------------
     def connect(self) -> "psycopg.Connection[Any]":
-        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        # Unprepared statements: each dead-items page query is planned for its
+        # queue (a generic plan would scan every item of the busiest queue).
+        conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, prepare_threshold=None)
+        if self.statement_timeout > 0:
+            # No query of a page (or an action) may hold a backend longer.
+            conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, false)",
+                         (f"{int(self.statement_timeout * 1000)}ms",))
         for name, loader in LENIENT.items():
             conn.adapters.register_loader(name, loader)
         return conn
+
+    def csrf_for(self, session: str) -> str:
+        """The form token of a browser session (its cookie)."""
+        return hmac.new(self.secret, session.encode(), hashlib.sha256).hexdigest() if session else ""
 
     @staticmethod
     def is_admin(conn: "psycopg.Connection[Any]") -> bool:
@@ -258,7 +279,7 @@ class Dashboard:
         hid = f'<input type="hidden" name="id" value="{item}">' if item is not None else ""
         tid = f"{action}-{queue}" + (f"-{item}" if item is not None else "")
         return (f'<form method="post" action="/action" class="inline">'
-                f'<input type="hidden" name="csrf" value="{self.csrf}">'
+                f'<input type="hidden" name="csrf" value="{esc(view.csrf)}">'
                 f'<input type="hidden" name="action" value="{action}">'
                 f'<input type="hidden" name="queue" value="{esc(queue)}">{hid}'
                 f'<input type="hidden" name="back" value="{esc(view.url())}">'
@@ -339,12 +360,44 @@ class Dashboard:
                     "</details>")
         return section("queues", f"Queues ({len(rows)})", out)
 
-    def dead(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
-        cols, rows, refusal = self.query(
+    def dead_rows(self, conn: "psycopg.Connection[Any]", view: View) -> Tuple[List[tuple], Optional[str]]:
+        """Up to ROW_LIMIT + 1 dead items, newest id first, below the page's
+        keyset. Each queue's are read by one statement with its queue_id as a
+        value, which the index on (queue_id, id) of dead items answers at
+        once; a role that cannot read claim.items (or a pg_claim whose table
+        differs) gets the view instead."""
+        n = ROW_LIMIT + 1
+        _, queues, refusal = self.query(
+            conn, "SELECT queue_id, name FROM claim.queues WHERE %(q)s::text IS NULL OR name = %(q)s",
+            {"q": view.queue})
+        if refusal is None:
+            rows: List[tuple] = []
+            try:
+                for qid, name in queues:
+                    rows += conn.execute(
+                        "SELECT %s::text, id, failures, last_error, died_at, payload FROM claim.items "
+                        "WHERE queue_id = %s AND state = 'd' AND (%s::bigint IS NULL OR id < %s) "
+                        "ORDER BY id DESC LIMIT %s", (name, qid, view.dead_before, view.dead_before, n)).fetchall()
+                rows.sort(key=lambda r: r[1], reverse=True)
+                return rows[:n], None
+            except psycopg.Error:   # no SELECT on claim.items, or another layout of it
+                pass
+        _, rows, refusal = self.query(
             conn, "SELECT queue, id, attempts, last_error, died_at, payload FROM claim.dead_items "
-                  "ORDER BY died_at DESC, id LIMIT %s", (ROW_LIMIT,))
+                  "WHERE (%(q)s::text IS NULL OR queue = %(q)s) AND (%(before)s::bigint IS NULL OR id < %(before)s) "
+                  "ORDER BY id DESC LIMIT %(n)s", {"q": view.queue, "before": view.dead_before, "n": n})
+        return rows, refusal
+
+    def dead(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
+        """The dead items of the queue filter (all queues without one), newest
+        id first, ROW_LIMIT a page; the next page starts below the last id
+        shown (keyset: each queue's rows come from its index on (queue, id),
+        however many are dead)."""
+        rows, refusal = self.dead_rows(conn, view)
         if refusal:
             return section("dead", "Dead items", note(refusal))
+        more = len(rows) > ROW_LIMIT
+        rows = rows[:ROW_LIMIT]
         head = ["queue", "id"] + (["actions"] if admin else []) + ["attempts", "last error", "died at", "payload"]
         body = []
         for q, i, attempts, error, died, payload in rows:
@@ -352,7 +405,16 @@ class Dashboard:
                    if admin else "")
             body.append(f'<tr data-queue="{esc(q)}" data-id="{i}"><td>{esc(q)}</td><td>{i}</td>{act}<td>{attempts}</td>'
                         f'<td class="error">{esc(error)}</td><td>{esc(died)}</td><td class="payload">{esc(payload)}</td></tr>')
-        return section("dead", counted("Dead items", rows), table(head, body))
+        scope = f" of queue {view.queue}" if view.queue else ""
+        nav = []
+        if view.dead_before is not None:
+            nav.append(f'<a id="dead-first" href="{esc(view.url(dead_before=""))}">newest</a>')
+        if more:
+            nav.append(f'<a id="dead-next" href="{esc(view.url(dead_before=rows[-1][1]))}">older</a>')
+        shown = (f"{len(rows)} shown, newest id first" + (f", below id {view.dead_before}" if view.dead_before else "")
+                 + ("; more are older" if more else ""))
+        return section("dead", f"Dead items{esc(scope)}",
+                       note(shown) + (f'<p class="pages">{" · ".join(nav)}</p>' if nav else "") + table(head, body))
 
     def claims(self, conn: "psycopg.Connection[Any]", admin: bool, view: View) -> str:
         cols, rows, refusal = self.query(
@@ -373,7 +435,10 @@ class Dashboard:
     def finished(self, conn: "psycopg.Connection[Any]", view: View) -> str:
         if not self.exists(conn, "claim.finished_items"):
             return section("finished", "Finished items", note("not available in this version of pg_claim"))
-        where, params = ("WHERE queue = %s ", [view.queue]) if view.queue else ("", [])
+        # Dead items have their own section (paged by id): here they would
+        # make every page load sort all of them by finished_at.
+        where, params = ("WHERE state <> 'dead' AND queue = %s ", [view.queue]) if view.queue \
+            else ("WHERE state <> 'dead' ", [])
         cols, rows, refusal = self.query(
             conn, "SELECT queue, id, state, attempts, finished_at, result, error, payload "
                   f"FROM claim.finished_items {where}ORDER BY finished_at DESC, id DESC LIMIT %s",
@@ -386,7 +451,8 @@ class Dashboard:
                 f'<td class="error">{esc(error)}</td><td class="payload">{esc(payload)}</td></tr>'
                 for q, i, st, att, fin, res, error, payload in rows]
         return section("finished", counted(title, rows),
-                       note("completed and cancelled items while their queue retains them (retain), and dead items")
+                       note("completed and cancelled items while their queue retains them (retain); "
+                            "dead items are in their own section")
                        + table(["queue", "id", "state", "attempts", "finished at", "result", "error", "payload"], body))
 
     def simple(self, conn: "psycopg.Connection[Any]", sid: str, title: str, rel: str, sql: str) -> str:
@@ -414,7 +480,8 @@ class Dashboard:
         """Runs one button's action; (HTTP status, message)."""
         if not self.actions:
             return HTTPStatus.FORBIDDEN, "actions are disabled (--no-actions)"
-        if not secrets.compare_digest(form.get("csrf", ""), self.csrf):
+        expected = self.csrf_for(form.get("_session", ""))
+        if not expected or not secrets.compare_digest(form.get("csrf", ""), expected):
             return HTTPStatus.FORBIDDEN, "stale or missing form token: reload the page"
         action, queue = form.get("action", ""), form.get("queue", "")
         if action not in ACTIONS or not queue:
@@ -474,7 +541,24 @@ details summary { cursor: pointer; margin: .5em 0; }
 """
 
 
-def make_handler(dash: Dashboard) -> type:
+SESSION_COOKIE = "pg_claim_session"
+
+
+def host_allowed(header: Optional[str], allowed: Sequence[str]) -> bool:
+    """Whether a request's Host header (name or address, with or without its
+    port) is one the dashboard serves: a page read through another name (DNS
+    rebinding) is refused."""
+    if not header:
+        return False
+    host = header.strip().lower()
+    if host.startswith("["):
+        host = host[: host.find("]") + 1] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host in {a.lower() for a in allowed}
+
+
+def make_handler(dash: Dashboard, allowed_hosts: Sequence[str] = ("127.0.0.1", "localhost", "[::1]")) -> type:
     class Handler(BaseHTTPRequestHandler):
         server_version = "pg_claim_dashboard"
 
@@ -482,9 +566,26 @@ def make_handler(dash: Dashboard) -> type:
             if os.environ.get("PG_CLAIM_DASHBOARD_LOG"):
                 super().log_message(fmt, *args)
 
-        def send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
+        def host_ok(self) -> bool:
+            if host_allowed(self.headers.get("Host"), allowed_hosts):
+                return True
+            self.send(421, "this dashboard does not serve that host name (see --allow-host)\n", "text/plain")
+            return False
+
+        def session(self) -> str:
+            jar = self.headers.get("Cookie") or ""
+            for part in jar.split(";"):
+                name, _, value = part.strip().partition("=")
+                if name == SESSION_COOKIE and 16 <= len(value) <= 64 and value.isalnum():
+                    return value
+            return ""
+
+        def send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8",
+                 cookie: str = "") -> None:
             data = body.encode()
             self.send_response(status)
+            if cookie:
+                self.send_header("Set-Cookie", f"{SESSION_COOKIE}={cookie}; Path=/; HttpOnly; SameSite=Strict")
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
@@ -494,6 +595,8 @@ def make_handler(dash: Dashboard) -> type:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
+            if not self.host_ok():
+                return
             url = urllib.parse.urlsplit(self.path)
             if url.path == "/healthz":
                 self.send(200, "ok\n", "text/plain")
@@ -503,15 +606,21 @@ def make_handler(dash: Dashboard) -> type:
                 return
             qs = urllib.parse.parse_qs(url.query)
             view = View.from_query(qs, dash.refresh)
+            session = self.session()
+            new = "" if session else secrets.token_hex(16)
+            view.csrf = dash.csrf_for(session or new)
             status, page = dash.render(view, qs.get("msg", [""])[0], qs.get("err", [""])[0])
-            self.send(int(status), page)
+            self.send(int(status), page, cookie=new)
 
         def do_POST(self) -> None:
+            if not self.host_ok():
+                return
             if urllib.parse.urlsplit(self.path).path != "/action":
                 self.send(404, "not found\n", "text/plain")
                 return
             length = min(int(self.headers.get("Content-Length") or 0), 65536)
             form = {k: v[0] for k, v in urllib.parse.parse_qs(self.rfile.read(length).decode()).items()}
+            form["_session"] = self.session()   # the token must be this session's
             try:
                 status, message = dash.act(form)
             except psycopg.Error as exc:
@@ -543,10 +652,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--refresh", type=int, default=DEFAULT_REFRESH,
                     help=f"seconds between automatic refreshes of the page (default {DEFAULT_REFRESH}; 0: off)")
     ap.add_argument("--no-actions", action="store_true", help="no buttons, whatever the role")
+    ap.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="a host name (or address) the page may be reached by, besides the --host address, "
+                         "localhost, 127.0.0.1 and [::1]; repeat for more")
+    ap.add_argument("--statement-timeout", type=float, default=5.0, metavar="SECONDS",
+                    help="statement_timeout of the dashboard's queries (default 5; 0: the server's)")
     args = ap.parse_args(argv)
     if args.sample <= 0:
         ap.error("--sample must be greater than 0")
-    dash = Dashboard(args.dsn, actions=not args.no_actions, sample_every=args.sample, refresh=max(0, args.refresh))
+    dash = Dashboard(args.dsn, actions=not args.no_actions, sample_every=args.sample, refresh=max(0, args.refresh),
+                     statement_timeout=max(0.0, args.statement_timeout))
+    listen = args.host if ":" not in args.host else f"[{args.host}]"
+    allowed = [listen, "localhost", "127.0.0.1", "[::1]", *args.allow_host]
     try:
         with dash.connect() as conn:  # fail early on a bad DSN
             conn.execute("SELECT 1")
@@ -554,7 +671,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"pg_claim dashboard: cannot connect: {str(exc).strip()}", file=sys.stderr)
         return 2
     dash.history.start()
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(dash))
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(dash, allowed))
     print(f"pg_claim dashboard on http://{args.host}:{httpd.server_address[1]}/", flush=True)
     try:
         httpd.serve_forever()
