@@ -357,7 +357,8 @@ run_go() {   # $1 label, $2 dsn
     say "Go suite, $label"
     local select=()
     if [[ -n "${CLIENTS_GO_RUN:-}" ]]; then select=(-test.run "$CLIENTS_GO_RUN"); fi
-    (cd "$ROOT/clients/go" && PG_CLAIM_DSN="$dsn" timeout 300 "$SCRATCH/pgclaim.test" \
+    local via=""; [[ $label == pgbouncer ]] && via=1
+    (cd "$ROOT/clients/go" && PG_CLAIM_DSN="$dsn" PG_CLAIM_VIA_PGBOUNCER="$via" timeout 300 "$SCRATCH/pgclaim.test" \
         -test.v -test.count=1 -test.timeout=240s "${select[@]}") >"$log" 2>&1
     rc=$?
     grep -E '^(--- |FAIL|ok|PASS|panic)' "$log" | grep -v '^--- PASS' || true

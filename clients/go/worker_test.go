@@ -122,6 +122,7 @@ func TestFailRetryResult(t *testing.T) {
 // A 1.5 s handler under a 600 ms lease: the heartbeat keeps it (same
 // token, attempt 1, no one else claims it).
 func TestHeartbeatKeepsTheLease(t *testing.T) {
+	skipThroughPgBouncer(t)
 	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
@@ -304,6 +305,7 @@ func TestStopReleasesWhatOutlivesGrace(t *testing.T) {
 }
 
 func TestTransactionalCommitsWithCompletion(t *testing.T) {
+	skipThroughPgBouncer(t)
 	t.Parallel()
 	c := client(t)
 	ctx := ctx5(t)
