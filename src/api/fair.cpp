@@ -242,11 +242,29 @@ int32 fair_key_arg(FunctionCallInfo fcinfo, int argno, int32 queue_id) {
     return fair_key_text(queue_id, PG_GETARG_TEXT_PP(argno));
 }
 
+namespace {
+// The queues this backend warned about (a few: the warning is a nudge).
+int32 warned_not_fair[8];
+int nwarned_not_fair = 0;
+
+void warn_not_fair(int32 queue_id) {
+    for (int i = 0; i < nwarned_not_fair; ++i)
+        if (warned_not_fair[i] == queue_id) return;
+    if (nwarned_not_fair < 8) warned_not_fair[nwarned_not_fair++] = queue_id;
+    ereport(WARNING,
+            (errcode(ERRCODE_WARNING),
+             errmsg("the queue is not fair: its items' fair_key has no effect on claims"),
+             errhint("Make the queue fair with claim.alter_queue(queue, fair => true); the keys "
+                     "given until then are kept and count from then on.")));
+}
+}  // namespace
+
 int32 fair_key_text(int32 queue_id, text *key) {
     check_key_length(key, "fair_key");
     if (!direct::fair_catalog())
         pg::error({ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, "Run ALTER EXTENSION pg_claim UPDATE."},
                   "fair keys need pg_claim 0.3.0");
+    if (!fair_queue(queue_id)) warn_not_fair(queue_id);
     int32 id = key_id_of(queue_id, key);
     note_pending(direct::items_relid(), queue_id, id);
     return id;

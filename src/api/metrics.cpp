@@ -6,6 +6,7 @@
 // is 0 without the preload. claim.metrics() (SQL) joins them to the gauges of
 // claim.queue_stats.
 #include "shmem/metrics.hpp"
+#include "shmem/shared.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -23,6 +24,15 @@ PGCLAIM_FUNCTION(pgclaim_queue_counters) {
     desc = BlessTupleDesc(desc);
     int64 c[shmem::kMetricCount];
     bool tracked = shmem::metrics_read(queue_id, c);
+    static bool warned = false;
+    if (!shmem::preloaded() && !warned) {
+        warned = true;
+        ereport(WARNING,
+                (errcode(ERRCODE_WARNING),
+                 errmsg("the counters of claim.metrics() need pg_claim in "
+                        "shared_preload_libraries: they are NULL"),
+                 errhint("Add pg_claim to shared_preload_libraries and restart the server.")));
+    }
     Datum v[shmem::kMetricCount + 1];
     bool nulls[shmem::kMetricCount + 1];
     for (int i = 0; i < shmem::kMetricCount; ++i) {

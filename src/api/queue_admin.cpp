@@ -7,6 +7,7 @@
 #include "api/fair.hpp"
 #include "core/rules.hpp"
 #include "shmem/epochs.hpp"
+#include "shmem/shared.hpp"
 #include "shmem/wakeup.hpp"
 
 using namespace pgclaim;
@@ -74,6 +75,13 @@ void pgclaim::api::store_flow_settings(FunctionCallInfo fcinfo, int first, bool 
     if (!PG_ARGISNULL(first + 2)) {
         int32 v = PG_GETARG_INT32(first + 2);
         pg::call_core([&] { check_range("rate", v, floor, kMaxActiveLimit); });
+        if (v > 0 && !shmem::preloaded())
+            ereport(WARNING,
+                    (errcode(ERRCODE_WARNING),
+                     errmsg("rate limits need pg_claim in shared_preload_libraries: claims from "
+                            "queue \"%s\" fail until it is preloaded",
+                            text_to_cstring(PG_GETARG_TEXT_PP(0))),
+                     errhint("Add pg_claim to shared_preload_libraries and restart the server.")));
     }
     if (!PG_ARGISNULL(first + 3)) {
         int64_t per = pg::interval_us(PG_GETARG_INTERVAL_P(first + 3), "rate_per");

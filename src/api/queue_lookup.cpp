@@ -115,7 +115,34 @@ void forget_queues() {
     });
 }
 
+namespace {
+// A queue whose name differs from `name` in case only, or nullptr. Runs on
+// an SPI connection of its own (the caller may hold one).
+char *queue_named_alike(const char *name) {
+    char *found = nullptr;
+    MemoryContext cxt = CurrentMemoryContext;
+    if (SPI_connect() != SPI_OK_CONNECT) return nullptr;
+    Oid types[1] = {TEXTOID};
+    Datum v[1] = {CStringGetTextDatum(name)};
+    if (SPI_execute_with_args("SELECT q.name FROM claim.queues q WHERE pg_catalog.lower(q.name) "
+                              "OPERATOR(pg_catalog.=) pg_catalog.lower($1) "
+                              "ORDER BY q.name COLLATE \"C\" LIMIT 1",
+                              1, types, v, nullptr, true, 1) == SPI_OK_SELECT &&
+        SPI_processed == 1) {
+        char *n = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+        if (n != nullptr) found = MemoryContextStrdup(cxt, n);
+    }
+    SPI_finish();
+    return found;
+}
+}  // namespace
+
 void unknown_queue(const char *name) {
+    char *alike = queue_named_alike(name);
+    if (alike != nullptr)
+        pg::error({ERRCODE_UNDEFINED_OBJECT,
+                   psprintf("Queue names are case-sensitive: did you mean \"%s\"?", alike)},
+                  "queue \"%s\" does not exist", name);
     pg::error({ERRCODE_UNDEFINED_OBJECT, "Create it with claim.create_queue()."},
               "queue \"%s\" does not exist", name);
 }

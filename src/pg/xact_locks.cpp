@@ -13,6 +13,15 @@
 // After a restart the table is empty; what a prepared transaction did to
 // its items is then kept by their rows (a claimer passes over an item whose
 // row an open transaction deletes or updates: direct_read.cpp).
+//
+// Waiting: a waiter first sleeps on its partition's condition variable, which
+// every release wakes. Past kShortWaitMs it waits on the holder's anchor, a
+// heavyweight lock the holder takes with its first entry of a transaction
+// (xact_locks_shared.hpp), so that PostgreSQL's deadlock detector sees the
+// wait. The anchor goes when the holder's transaction ends; a holder that
+// lets a waited-for key go earlier (a claimer that let a candidate go, a
+// subtransaction that rolls back) moves its anchor on, so the waiter wakes
+// then and not only when the holder's whole transaction ends.
 #include "pg/xact_locks.hpp"
 
 #include "pg/xact_locks_shared.hpp"
@@ -28,6 +37,7 @@ extern "C" {
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/wait_event.h"
 }
 
@@ -39,7 +49,7 @@ namespace {
 
 // A waiter first sleeps on its partition's condition variable, which every
 // release wakes (a claimer that tried an item and let it go at once); past
-// this it waits on the holder's transaction, where deadlocks are detected.
+// this it waits on the holder's anchor, where deadlocks are detected.
 constexpr int kShortWaitMs = 20;
 
 // This backend's holds in the current transaction.
@@ -54,6 +64,20 @@ int64 nheld = 0;
 // here: at the end callbacks MyProc no longer has it).
 VirtualTransactionId holder;
 bool callbacks_registered = false;
+// The generation of this backend's anchor held now (0: none).
+uint64 anchor = 0;
+// The partition whose waiters count this backend (-1: none): an error
+// during the sleep leaves it to the abort callbacks.
+int waiting_part = -1;
+// Holds taken again by a subtransaction deeper than the one that took the
+// lock first: its rollback gives them back.
+struct Retake {
+    Key key;
+    int32 level;
+};
+Retake *retakes = nullptr;  // in TopMemoryContext
+int nretakes = 0;
+int retakes_cap = 0;
 
 Key make_key(LockSpace space, uint64 key) {
     Key k;
@@ -70,17 +94,22 @@ VirtualTransactionId my_vxid() {
     return v;
 }
 
-// Removes this backend's entry of `k` from the shared table.
-void release_shared(const Key &k) {
+// Removes this backend's entry of `k` from the shared table; returns whether
+// someone waited for it on the anchor.
+bool release_shared(const Key &k) {
     uint32 hash = get_hash_value(shash.htab, &k);
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
+    bool waited = false;
     Entry *e = (Entry *)hash_search_with_hash_value(shash.htab, &k, hash, HASH_FIND, &found);
-    if (found && !e->prepared && VirtualTransactionIdEquals(e->owner, holder))
+    if (found && !e->prepared && VirtualTransactionIdEquals(e->owner, holder)) {
+        waited = e->hw_wait;
         remove_entry(k, hash);
+    }
     LWLockRelease(lock_of(part));
     wake(part);
+    return waited;
 }
 
 void forget_all() {
@@ -89,6 +118,99 @@ void forget_all() {
         held = nullptr;
     }
     nheld = 0;
+    nretakes = 0;
+}
+
+// The anchor (see the top of this file). It belongs to the top transaction,
+// whichever subtransaction takes it, and PostgreSQL lets it go when the
+// transaction ends (or keeps it with a prepared transaction).
+bool anchors_on() { return anchors != nullptr && MyProc != nullptr && MyProc->pgprocno < nanchors; }
+
+void take_anchor() {
+    if (anchor != 0 || !anchors_on()) return;
+    int p = MyProc->pgprocno;
+    uint64 g = pg_atomic_add_fetch_u64(&anchors[p].gen, 1);
+    LOCKTAG tag;
+    anchor_tag(&tag, p, g);
+    ResourceOwner save = CurrentResourceOwner;
+    CurrentResourceOwner = TopTransactionResourceOwner;
+    bool got;
+    PG_TRY();
+    {
+        // A new generation: nobody else can hold it.
+        got = LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+    }
+    PG_FINALLY();
+    {
+        CurrentResourceOwner = save;
+    }
+    PG_END_TRY();
+    if (!got) return;
+    anchor = g;
+    pg_atomic_write_u64(&anchors[p].current, g);
+}
+
+// Lets the anchor go now. Never raises.
+void drop_anchor() {
+    if (anchor == 0) return;
+    int p = MyProc->pgprocno;
+    pg_atomic_write_u64(&anchors[p].current, 0);
+    LOCKTAG tag;
+    anchor_tag(&tag, p, anchor);
+    anchor = 0;
+    ResourceOwner save = CurrentResourceOwner;
+    CurrentResourceOwner = TopTransactionResourceOwner;
+    (void)LockRelease(&tag, ExclusiveLock, false);
+    CurrentResourceOwner = save;
+}
+
+// A waited-for key went before the end of the transaction: its waiters wake
+// when the anchor they wait on goes; the next generation is taken first, so
+// that the waiters of the keys still held find one to wait on.
+void move_anchor() {
+    if (anchor == 0) return;
+    uint64 old = anchor;
+    anchor = 0;
+    take_anchor();
+    int p = MyProc->pgprocno;
+    LOCKTAG tag;
+    anchor_tag(&tag, p, old);
+    ResourceOwner save = CurrentResourceOwner;
+    CurrentResourceOwner = TopTransactionResourceOwner;
+    (void)LockRelease(&tag, ExclusiveLock, false);
+    CurrentResourceOwner = save;
+}
+
+// The transaction ended: PostgreSQL lets the anchor go (or a prepared
+// transaction keeps it).
+void forget_anchor() {
+    if (anchor == 0) return;
+    pg_atomic_write_u64(&anchors[MyProc->pgprocno].current, 0);
+    anchor = 0;
+}
+
+void stop_counting_wait() {
+    if (waiting_part < 0) return;
+    pg_atomic_fetch_sub_u32(&ctl->part[waiting_part].waiters, 1);
+    waiting_part = -1;
+}
+
+void push_retake(const Key &k, int32 level) {
+    if (nretakes == retakes_cap) {
+        int cap = retakes_cap == 0 ? 16 : retakes_cap * 2;
+        retakes = retakes == nullptr
+                      ? (Retake *)MemoryContextAlloc(TopMemoryContext, sizeof(Retake) * cap)
+                      : (Retake *)repalloc(retakes, sizeof(Retake) * cap);
+        retakes_cap = cap;
+    }
+    retakes[nretakes++] = Retake{k, level};
+}
+
+void forget_retakes(const Key &k) {
+    int j = 0;
+    for (int i = 0; i < nretakes; ++i)
+        if (memcmp(&retakes[i].key, &k, sizeof(Key)) != 0) retakes[j++] = retakes[i];
+    nretakes = j;
 }
 
 // Calls f(h) for every lock this backend holds; f may remove h from `held`
@@ -161,7 +283,9 @@ void on_xact(XactEvent event, void *) {
         case XACT_EVENT_ABORT:
         case XACT_EVENT_PARALLEL_COMMIT:
         case XACT_EVENT_PARALLEL_ABORT:
+            stop_counting_wait();
             release_all();
+            forget_anchor();
             // COMMIT PREPARED and ROLLBACK PREPARED end here too.
             sweep_prepared();
             break;
@@ -170,6 +294,7 @@ void on_xact(XactEvent event, void *) {
             break;
         case XACT_EVENT_PREPARE:
             after_prepare();
+            forget_anchor();
             break;
         default:
             break;
@@ -179,20 +304,47 @@ void on_xact(XactEvent event, void *) {
 // A subtransaction that rolls back gives back what it took; one that
 // commits hands its locks to its parent.
 void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    if (event == SUBXACT_EVENT_ABORT_SUB) stop_counting_wait();
     if (nheld == 0) return;
     if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB) return;
     int level = GetCurrentTransactionNestLevel();
+    bool waited = false;
+    // Holds taken again at this level: handed to the parent, or given back.
+    int j = 0;
+    for (int i = 0; i < nretakes; ++i) {
+        Retake r = retakes[i];
+        if (r.level < level) {
+            retakes[j++] = r;
+            continue;
+        }
+        if (event == SUBXACT_EVENT_COMMIT_SUB) {
+            r.level = level - 1;
+            retakes[j++] = r;
+            continue;
+        }
+        Held *h = (Held *)hash_search(held, &r.key, HASH_FIND, nullptr);
+        if (h != nullptr && h->level < level && --h->count <= 0) {
+            waited |= release_shared(h->key);
+            hash_search(held, &r.key, HASH_REMOVE, nullptr);
+            --nheld;
+        }
+    }
+    nretakes = j;
     for_each_held([&](Held *h) {
         if (h->level < level) return;
         if (event == SUBXACT_EVENT_COMMIT_SUB) {
             h->level = level - 1;
             return;
         }
-        release_shared(h->key);
+        waited |= release_shared(h->key);
         Key k = h->key;
         hash_search(held, &k, HASH_REMOVE, nullptr);
         --nheld;
     });
+    // Their waiters wake when the anchor goes. No new one is taken here (a
+    // rollback must not raise): the waiters of keys still held wait on the
+    // holder's transaction until this backend takes its next lock.
+    if (waited) drop_anchor();
 }
 
 void register_callbacks() {
@@ -218,8 +370,16 @@ void ensure_local() {
 enum class Try { Taken, Busy, BusyPrepared };
 
 // One attempt under the partition's lock.
-Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
-             VirtualTransactionId *owner, TransactionId *prepared_xid) {
+// Busy: the holder, and its anchor's generation (0: none); with `long_wait`
+// the entry is marked waited for.
+struct Holder {
+    VirtualTransactionId owner;
+    int32 procno;
+    uint64 anchor;
+};
+
+Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag, bool long_wait,
+             Holder *busy, TransactionId *prepared_xid) {
     uint32 part = partition_of(hash);
     LWLockAcquire(lock_of(part), LW_EXCLUSIVE);
     bool found;
@@ -248,7 +408,15 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
         found = false;
     }
     if (found) {
-        *owner = e->owner;
+        busy->owner = e->owner;
+        busy->procno = e->procno;
+        // Read under the partition's lock while the entry exists: the
+        // holder took this generation before the entry and lets it go only
+        // after the entry is gone (or after moving on to the next one).
+        busy->anchor = anchors != nullptr && e->procno >= 0 && e->procno < nanchors
+                           ? pg_atomic_read_u64(&anchors[e->procno].current)
+                           : 0;
+        if (long_wait) e->hw_wait = true;
         LWLockRelease(lock_of(part));
         return Try::Busy;
     }
@@ -268,6 +436,8 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag,
     e->has_next = false;
     e->xid = InvalidTransactionId;
     e->tag = tag;
+    e->hw_wait = false;
+    e->procno = MyProc->pgprocno;
     LWLockRelease(lock_of(part));
     return Try::Taken;
 }
@@ -289,9 +459,13 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     Held *h = (Held *)hash_search(held, &k, HASH_FIND, &found);
     if (found) {
         ++h->count;
+        int level = GetCurrentTransactionNestLevel();
+        if (level > h->level) push_retake(k, level);
         return true;
     }
     restore_prepared();
+    // Before the first entry: waiters need it from the moment one exists.
+    take_anchor();
     // The local entry first: once the shared one exists, nothing may fail
     // before this backend knows it has to give it back.
     Held *n = (Held *)hash_search(held, &k, HASH_ENTER, &found);
@@ -306,28 +480,51 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     bool sleeping = false;
     Try r;
     for (;;) {
-        VirtualTransactionId owner;
-        SetInvalidVirtualTransactionId(owner);
+        Holder busy;
+        SetInvalidVirtualTransactionId(busy.owner);
+        busy.procno = -1;
+        busy.anchor = 0;
         TransactionId prepared_xid = InvalidTransactionId;
-        r = try_take(k, hash, me, tag, &owner, &prepared_xid);
+        bool long_wait =
+            sleeping && TimestampDifferenceExceeds(since, GetCurrentTimestamp(), kShortWaitMs);
+        r = try_take(k, hash, me, tag, long_wait, &busy, &prepared_xid);
         if (r == Try::Taken || !wait) break;
+        if (r == Try::BusyPrepared || long_wait) {
+            if (sleeping) {
+                ConditionVariableCancelSleep();
+                stop_counting_wait();
+                sleeping = false;
+            }
+        }
         if (r == Try::BusyPrepared) {
             // Wait for the prepared transaction: on its xid (which the
             // deadlock detector sees), or for a lock restored from 0.3.0,
             // through its heavyweight lock.
-            if (sleeping) {
-                ConditionVariableCancelSleep();
-                pg_atomic_fetch_sub_u32(&ctl->part[part].waiters, 1);
-                sleeping = false;
-            }
             if (TransactionIdIsValid(prepared_xid)) {
                 XactLockTableWait(prepared_xid, nullptr, nullptr, XLTW_None);
                 sweep_prepared();
             } else {
-                LOCKTAG tag;
-                set_tag(&tag, k);
-                (void)LockAcquire(&tag, ExclusiveLock, false, false);
-                (void)LockRelease(&tag, ExclusiveLock, false);
+                LOCKTAG t;
+                set_tag(&t, k);
+                (void)LockAcquire(&t, ExclusiveLock, false, false);
+                (void)LockRelease(&t, ExclusiveLock, false);
+            }
+            continue;
+        }
+        if (long_wait) {
+            // A longer wait: on the holder's anchor, which PostgreSQL's
+            // deadlock detector sees (after deadlock_timeout), and which
+            // goes when the holder lets this key go. A holder without one
+            // (it let a waited-for key go in a rollback to a savepoint and
+            // took nothing since) is waited for to the end of its
+            // transaction.
+            if (busy.anchor != 0) {
+                LOCKTAG t;
+                anchor_tag(&t, busy.procno, busy.anchor);
+                (void)LockAcquire(&t, ShareLock, false, false);
+                (void)LockRelease(&t, ShareLock, false);
+            } else {
+                (void)VirtualXactLock(busy.owner, true);
             }
             continue;
         }
@@ -336,17 +533,9 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
             // wakes this sleep.
             ConditionVariablePrepareToSleep(&ctl->part[part].cv);
             pg_atomic_fetch_add_u32(&ctl->part[part].waiters, 1);
+            waiting_part = (int)part;
             sleeping = true;
             since = GetCurrentTimestamp();
-            continue;
-        }
-        if (TimestampDifferenceExceeds(since, GetCurrentTimestamp(), kShortWaitMs)) {
-            // A longer wait: wait on the holder's transaction itself, which
-            // PostgreSQL's deadlock detector sees (after deadlock_timeout).
-            ConditionVariableCancelSleep();
-            pg_atomic_fetch_sub_u32(&ctl->part[part].waiters, 1);
-            sleeping = false;
-            (void)VirtualXactLock(owner, true);
             continue;
         }
         (void)ConditionVariableTimedSleep(&ctl->part[part].cv, kShortWaitMs, PG_WAIT_EXTENSION);
@@ -354,7 +543,7 @@ bool xact_lock(LockSpace space, uint64 key, bool wait, uint8 tag) {
     }
     if (sleeping) {
         ConditionVariableCancelSleep();
-        pg_atomic_fetch_sub_u32(&ctl->part[part].waiters, 1);
+        stop_counting_wait();
     }
     if (r != Try::Taken) {
         hash_search(held, &k, HASH_REMOVE, nullptr);
@@ -380,7 +569,8 @@ void xact_unlock(LockSpace space, uint64 key) {
     if (--h->count > 0) return;
     hash_search(held, &k, HASH_REMOVE, nullptr);
     --nheld;
-    release_shared(k);
+    if (nretakes > 0) forget_retakes(k);
+    if (release_shared(k)) move_anchor();
 }
 
 int xact_lock_busy_tag(LockSpace space, uint64 key) {

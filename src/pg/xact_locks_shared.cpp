@@ -7,6 +7,7 @@ extern "C" {
 #include "access/transam.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
@@ -22,6 +23,15 @@ pg::SharedHash shash = {"pg_claim xact locks", "transaction locks", "pg_claim.ma
                         sizeof(Key), sizeof(Entry), &guc_max_xact_locks, kPartitions, 1,
                         nullptr, nullptr, nullptr};
 Control *ctl = nullptr;
+Anchor *anchors = nullptr;
+int nanchors = 0;
+
+// The advisory space of anchors: field4 apart from the keys' spaces.
+constexpr uint16 kAnchorSpace = 0x5041;
+
+void anchor_tag(LOCKTAG *tag, int procno, uint64 gen) {
+    SET_LOCKTAG_ADVISORY(*tag, (uint32)procno, (uint32)(gen >> 32), (uint32)gen, kAnchorSpace);
+}
 
 void set_tag(LOCKTAG *tag, const Key &k) {
     SET_LOCKTAG_ADVISORY(*tag, k.db, (uint32)(k.key >> 32), (uint32)k.key, k.space);
@@ -186,10 +196,14 @@ namespace {
 Size control_size() {
     return add_size(offsetof(Control, prep), mul_size(sizeof(Prep), Max(max_prepared_xacts, 0)));
 }
+// Every PGPROC may hold entries (a prepared transaction's dummy one holds
+// an anchor, never takes one).
+int anchor_count() { return MaxBackends + NUM_AUXILIARY_PROCS + Max(max_prepared_xacts, 0); }
+Size anchors_size() { return mul_size(sizeof(Anchor), anchor_count()); }
 }  // namespace
 
 Size xact_locks_shmem_size() {
-    Size s = MAXALIGN(control_size());
+    Size s = add_size(MAXALIGN(control_size()), MAXALIGN(anchors_size()));
     return add_size(s, pg::shared_hash_size(shash));
 }
 
@@ -214,6 +228,13 @@ void xact_locks_shmem_init() {
             pg_atomic_init_u32(&ctl->part[i].waiters, 0);
         }
     }
+    nanchors = anchor_count();
+    anchors = (Anchor *)ShmemInitStruct("pg_claim xact lock anchors", anchors_size(), &found);
+    if (!found)
+        for (int i = 0; i < nanchors; ++i) {
+            pg_atomic_init_u64(&anchors[i].gen, 0);
+            pg_atomic_init_u64(&anchors[i].current, 0);
+        }
     pg::shared_hash_init(shash);
 }
 

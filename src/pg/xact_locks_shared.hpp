@@ -31,6 +31,10 @@ struct Entry {
     bool prepared;
     bool has_next;
     uint8 tag;  // what the taker said of the key (xact_lock's `tag`)
+    // Someone waits for it on the holder's anchor (below): its release
+    // before the holder's transaction ends moves the anchor on.
+    bool hw_wait;
+    int32 procno;  // the holder's PGPROC number
     // Prepared: the transaction's xid (invalid for an entry restored from a
     // heavyweight lock, below), and the next entry of its chain.
     TransactionId xid;
@@ -59,6 +63,20 @@ struct Control {
     Prep prep[FLEXIBLE_ARRAY_MEMBER];
 };
 
+
+// A holder's anchor: one heavyweight lock that a backend holds while its
+// transaction holds entries of the table, for waiters to wait on where
+// PostgreSQL's deadlock detector sees them. `current` is the generation held
+// now (0: none), `gen` the last one taken; one slot per PGPROC. A holder that
+// lets a waited-for key go before its transaction ends takes the next
+// generation and lets the old one go, which wakes that key's waiters.
+struct Anchor {
+    pg_atomic_uint64 gen;
+    pg_atomic_uint64 current;
+};
+extern Anchor *anchors;
+extern int nanchors;
+void anchor_tag(LOCKTAG *tag, int procno, uint64 gen);
 
 // One LWLock per partition, and one more for the prepared transactions'
 // chains and restore_prepared().

@@ -39,6 +39,7 @@ struct Pending {
     int64 key;
     int64 count;
     bool exact;  // count is exact (else "at least": the woken pass the baton on)
+    bool on_abort;  // woken if the transaction aborts (else if it commits)
 };
 
 // Backend-local state. Plain data only (callbacks read it).
@@ -106,30 +107,30 @@ bool skip_pending(const Pending &p) {
            pg_atomic_read_u32(&shared->finished_waiters) == 0;
 }
 
+// Whether `p` wakes anyone at this end of the transaction.
+bool fires(const Pending &p, bool commit) { return p.on_abort != commit && !skip_pending(p); }
+
 void wake_at_transaction_end(bool commit) {
     if (finished_waiting && shared != nullptr) {
         pg_atomic_fetch_sub_u32(&shared->finished_waiters, 1);
         finished_waiting = false;
     }
     if (commit && !baton.on_commit) baton.held = false;
-    bool have = (commit && npending > 0) || baton.held;
+    bool have = npending > 0 || baton.held;
     if (have && shared != nullptr && OidIsValid(MyDatabaseId)) {
         TimestampTz now = GetCurrentTimestamp();
         pg_memory_barrier();
-        if (commit) {
-            for (int i = 0; i < npending; ++i)
-                if (!skip_pending(pending[i]))
-                    stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
-        }
+        for (int i = 0; i < npending; ++i)
+            if (fires(pending[i], commit))
+                stamp_bucket(bucket_of(MyDatabaseId, pending[i].kind, pending[i].key), now);
         if (baton.held) stamp_bucket(bucket_of(MyDatabaseId, baton.kind, baton.key), now);
         pg_memory_barrier();
         if (pg_atomic_read_u32(&shared->nwaiters) > 0) {
             LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-            if (commit)
-                for (int i = 0; i < npending; ++i)
-                    if (!skip_pending(pending[i]))
-                        wake_locked(MyDatabaseId, pending[i].kind, pending[i].key,
-                                    pending[i].count, pending[i].exact);
+            for (int i = 0; i < npending; ++i)
+                if (fires(pending[i], commit))
+                    wake_locked(MyDatabaseId, pending[i].kind, pending[i].key,
+                                pending[i].count, pending[i].exact);
             if (baton.held) wake_locked(MyDatabaseId, baton.kind, baton.key, 1, false);
             LWLockRelease(shared->lock);
         }
@@ -138,7 +139,7 @@ void wake_at_transaction_end(bool commit) {
         if (slot != nullptr) {
             bool any = false;
             for (int i = 0; i < npending; ++i)
-                if (pending[i].kind == (int)WaitKind::Queue) {
+                if (pending[i].kind == (int)WaitKind::Queue && !pending[i].on_abort) {
                     add_notify_queue(slot, (int32)pending[i].key);
                     any = true;
                 }
@@ -247,11 +248,12 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
 }
 
 namespace {
-void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
+void add_pending(WaitKind kind, int64 key, int64 count, bool exact, bool on_abort = false) {
     if (shared == nullptr || count <= 0) return;
     xact_end_register();
     for (int i = 0; i < npending; ++i)
-        if (pending[i].kind == (int)kind && pending[i].key == key) {
+        if (pending[i].kind == (int)kind && pending[i].key == key &&
+            pending[i].on_abort == on_abort) {
             pending[i].count += count;
             pending[i].exact &= exact;
             return;
@@ -263,11 +265,15 @@ void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
                       : (Pending *)repalloc(pending, sizeof(Pending) * cap);
         pending_cap = cap;
     }
-    pending[npending++] = Pending{(int)kind, key, count, exact};
+    pending[npending++] = Pending{(int)kind, key, count, exact, on_abort};
 }
 }  // namespace
 
 void notify_ready(WaitKind kind, int64 key) { add_pending(kind, key, 1, false); }
+
+void notify_if_aborted(WaitKind kind, int64 key, int64 count) {
+    add_pending(kind, key, count, true, true);
+}
 
 void notify_finished(int64 queue_id) {
     add_pending(WaitKind::Finished, queue_id, PG_INT32_MAX, true);

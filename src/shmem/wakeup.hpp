@@ -9,7 +9,9 @@
 // ready (no thundering herd). A woken waiter that finds nothing sleeps again.
 // A woken waiter whose transaction aborts passes the wake on to the next
 // waiter; so does one that commits, when the count it was woken for was only
-// a lower bound (see notify_ready). Nothing is woken when a producer aborts.
+// a lower bound (see notify_ready). Nothing is woken when a producer aborts;
+// a claimer that aborts wakes as many waiters as it took items
+// (notify_if_aborted).
 //
 // Without the preload, wait_for() naps briefly (poll.hpp) and
 // notify_ready() does nothing.
@@ -44,6 +46,10 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms);
 //                                   and nobody more.
 void notify_ready(WaitKind kind, int64 key);
 void notify_ready(WaitKind kind, int64 key, int64 count);
+
+// `count` units of (kind, key) are ready again if the current transaction
+// aborts (the items a claim took): up to `count` waiters are woken then.
+void notify_if_aborted(WaitKind kind, int64 key, int64 count);
 
 // Items of `queue_id` finish when the current transaction commits
 // (completed, dead, cancelled): every waiter of (Finished, queue_id) is woken

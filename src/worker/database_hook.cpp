@@ -79,8 +79,10 @@ void utility_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree
             break;
         case T_TransactionStmt:
             // What a prepared transaction made ready is not known when it
-            // commits: every waiter of the database looks again.
-            wake_all = ((TransactionStmt *)stmt)->kind == TRANS_STMT_COMMIT_PREPARED;
+            // commits, nor what its claims held when it rolls back: every
+            // waiter of the database looks again.
+            wake_all = ((TransactionStmt *)stmt)->kind == TRANS_STMT_COMMIT_PREPARED ||
+                       ((TransactionStmt *)stmt)->kind == TRANS_STMT_ROLLBACK_PREPARED;
             break;
         default:
             break;

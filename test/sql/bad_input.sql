@@ -421,4 +421,10 @@ SELECT pg_temp.try('SELECT claim.assert_token(' || :other_token || ')');
 SELECT pg_temp.try('SELECT claim.lease_assert(''lk'', ' || :other_lease || ')');
 DROP DATABASE bad_input_other;
 
+-- Queue names are case-sensitive: a name that differs in case only gets a hint.
+SELECT claim.create_queue('Orders');
+SELECT claim.enqueue('orders', '{}');
+SELECT claim.enqueue('nothing_like_it', '{}');
+SELECT claim.drop_queue('Orders');
+
 DROP EXTENSION pg_claim;

@@ -6,11 +6,13 @@ CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('lt', lease => '1 hour');
 SELECT count(*) FROM (SELECT claim.enqueue('lt', jsonb_build_object('n', g)) FROM generate_series(1, 600) g) s;
 
--- the census: 500 claimed items, no entry per item in pg_locks
+-- the census: 500 claimed items, no entry per item in pg_locks (one for
+-- the transaction: its anchor, which waiters wait on, field4 0x5041)
 BEGIN;
 SELECT count(*) AS claimed FROM claim.claim_next('lt', n => 500);
 SELECT held, in_use >= held AS in_use_counts_them, capacity > 0 AS has_capacity FROM claim.lock_table();
-SELECT count(*) FILTER (WHERE locktype = 'advisory') AS advisory_locks,
+SELECT count(*) FILTER (WHERE locktype = 'advisory' AND objsubid = 20545) AS anchors,
+       count(*) FILTER (WHERE locktype = 'advisory' AND objsubid <> 20545) AS advisory_locks,
        count(*) FILTER (WHERE NOT fastpath) < 10 AS few_shared_entries
 FROM pg_locks WHERE pid = pg_backend_pid();
 COMMIT;

@@ -10,6 +10,8 @@
 #     fill while it is built;
 #   - VACUUM FULL and CLUSTER (they wait for the calls, and the calls for
 #     them);
+#   - CREATE INDEX CONCURRENTLY held at its phases while a backend enqueues
+#     (the index's readiness reaches the backend's cached index info);
 # then the backlog is drained, and the ledger holds each produced item
 # exactly once; bt_index_check(heapallindexed) finds every index whole.
 use strict;
@@ -125,6 +127,55 @@ under_load('CREATE INDEX CONCURRENTLY on claim.items',
 	'CREATE INDEX CONCURRENTLY items_by_enqueued ON claim.items (enqueued_at)');
 under_load('VACUUM FULL claim.items, claim.claims', 'VACUUM FULL claim.items, claim.claims');
 under_load('CLUSTER claim.items', 'CLUSTER claim.items USING items_pkey');
+
+# CREATE INDEX CONCURRENTLY, held at each of its phases, with a backend that
+# enqueues through the direct path at each: while the new index is not yet
+# ready (the backend caches what it knows of the index), and after the
+# build's validation while it waits for an older snapshot (the index is
+# ready, the validation has run: an entry the backend skips now stays
+# missing). The backend must notice that the index became ready.
+{
+	my $writer = $node->background_psql('postgres');
+	$writer->query_safe(q{INSERT INTO produced SELECT claim.enqueue('q', '{"cic": 0}')});
+	my $old = $node->background_psql('postgres');
+	$old->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+	$old->query_safe('SELECT count(*) FROM claim.items');
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('BEGIN');
+	$holder->query_safe(q{INSERT INTO produced SELECT claim.enqueue('q', '{"cic": 1}')});
+	my ($cout, $cerr) = ('', '');
+	my $cic = start(
+		[
+			'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-h', $node->host, '-p', $node->port, 'postgres',
+			'-c', 'CREATE INDEX CONCURRENTLY items_cic ON claim.items (queue_id, id)'
+		],
+		'>', \$cout, '2>', \$cerr);
+	ok( $node->poll_query_until('postgres', q{
+		SELECT EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass('claim.items_cic')
+		               AND NOT indisready)}),
+		'CREATE INDEX CONCURRENTLY waits with its index not ready');
+	$writer->query_safe(q{INSERT INTO produced SELECT claim.enqueue('q', '{"cic": 2}')});
+	$holder->query_safe('COMMIT');
+	ok( $node->poll_query_until('postgres', q{
+		SELECT EXISTS (SELECT FROM pg_stat_progress_create_index
+		               WHERE phase = 'waiting for old snapshots')
+		   AND EXISTS (SELECT FROM pg_index WHERE indexrelid = 'claim.items_cic'::regclass
+		               AND indisready AND NOT indisvalid)}),
+		'CREATE INDEX CONCURRENTLY waits for an old snapshot after its validation');
+	$writer->query_safe(q{INSERT INTO produced
+		SELECT claim.enqueue('q', jsonb_build_object('cic', g)) FROM generate_series(3, 22) g});
+	$old->query_safe('COMMIT');
+	finish($cic);
+	is($cerr, '', 'CREATE INDEX CONCURRENTLY ended');
+	my ($rc, $out, $err) = $node->psql('postgres', "SELECT bt_index_check('claim.items_cic', true)");
+	is($rc, 0, 'amcheck: an index built concurrently has the entries of every direct insert')
+	  or diag($err);
+	is($node->safe_psql('postgres', q{
+		SELECT count(*) FROM claim.items WHERE payload ? 'cic' AND queue_id > 0 AND id > 0}), '23',
+		'the items enqueued during the build are there');
+	$_->quit for ($writer, $old, $holder);
+	$node->safe_psql('postgres', 'DROP INDEX claim.items_cic');
+}
 
 # Drain what is left (a claimer may pass over items that a walk's shared
 # position says are claimed until the leases it saw end: at most the

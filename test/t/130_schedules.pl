@@ -242,6 +242,17 @@ is(scalar(@notices), 1, 'without the preload: one NOTICE per session') or diag($
 like($stderr, qr/HINT:  Add pg_claim to shared_preload_libraries/, '... with a hint');
 is($plain->safe_psql('postgres', 'SELECT count(*) FROM claim.schedules'), '2',
 	'without the preload: the schedules are stored');
+# What else needs the preload says so where it shows: a rate limit when it
+# is set (claims would fail), the counters of metrics() when they are read.
+($rc, $stdout, $stderr) = $plain->psql('postgres', q{
+	SELECT claim.create_queue('limited', rate => 10);
+	SELECT count(*) FROM claim.metrics();
+	SELECT count(*) FROM claim.metrics();});
+is($rc, 0, 'without the preload: a rate limit and metrics() succeed');
+like($stderr, qr/WARNING:  rate limits need pg_claim in shared_preload_libraries: claims from queue "limited" fail/,
+	'without the preload: a rate limit warns when it is set');
+my @counters = ($stderr =~ /WARNING:  the counters of claim.metrics\(\) need pg_claim/g);
+is(scalar(@counters), 1, 'without the preload: metrics() warns once per session') or diag($stderr);
 $plain->stop;
 
 done_testing();
