@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The dashboard never fails as a whole: run by test/dashboard_test.sh with
+"""The dashboard never fails as a whole: run by test/ops/dashboard_test.sh with
 ops/dashboard on PYTHONPATH. Environment:
   OLD_DSN       a database on pg_claim 0.2.0 whose claimed_items holds an item
                 given back with release (lease_until -infinity, which psycopg

@@ -1,8 +1,8 @@
 """The dashboard's defences and its dead-items page under many dead items,
-over HTTP (no browser): run by test/dashboard_test.sh, or by hand:
+over HTTP (no browser): run by test/ops/dashboard_test.sh, or by hand:
 
     PG_CLAIM_DSN=postgresql://... DASHBOARD_DEAD_ITEMS=1000000 \\
-        python3 test/dashboard/hardening.py
+        python3 test/ops/dashboard/hardening.py
 
 It needs a superuser DSN (it makes dead items directly in claim.items) and
 checks, printing one "ok"/"FAIL" line each:
@@ -29,7 +29,7 @@ import uuid
 
 import psycopg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DSN = os.environ["PG_CLAIM_DSN"]
 N = int(os.environ.get("DASHBOARD_DEAD_ITEMS", "20000"))
 passed = failed = 0

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The pg_claim dashboard in a real browser: Debian's headless Chromium driven
 through ChromeDriver (chromium-driver) by python3-selenium. The same checks as
-browser.mjs; test/dashboard_test.sh runs this one when playwright-core cannot
-be installed from npm. Environment (set by test/dashboard_test.sh):
+browser.mjs; test/ops/dashboard_test.sh runs this one when playwright-core cannot
+be installed from npm. Environment (set by test/ops/dashboard_test.sh):
   DASH_URL      dashboard connected as a member of claim_admin
   DASH_RO_URL   dashboard connected as a role without claim_admin
   EXPECT        JSON {queue: {column: value}} read from claim.metrics()

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test/exporter_test.sh — ops/prometheus/queries.yaml through Debian's
+# test/ops/exporter_test.sh — ops/prometheus/queries.yaml through Debian's
 # prometheus-postgres-exporter against a live cluster.
 #
 # Run as root, after test/setup.sh installed the extension:
 #
-#   bash test/exporter_test.sh
+#   bash test/ops/exporter_test.sh
 #
 #   1. installs prometheus-postgres-exporter when it is missing (Debian's
 #      service is not used: this script runs its own exporter);
@@ -20,7 +20,7 @@
 # and the scratch directory removed on exit (EXPORTER_KEEP=1 keeps it).
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 EXPORTER=/usr/bin/prometheus-postgres-exporter

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reads every view of the extension (listed from the catalog) with psycopg's
-default loaders, as an application would. Run by test/dashboard_test.sh on a
+default loaders, as an application would. Run by test/ops/dashboard_test.sh on a
 database that has a released claim, a cancelled item, an expired lease, a
 dead item and a paused queue. Environment:
   DSN          libpq connection string

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The fault soak's load, chaos and checker (driven by test/soak.sh).
+"""The fault soak's load, chaos and checker (driven by test/hardening/soak.sh).
 
 Clients (one connection each, every one of them reconnects after losing it):
   producers   single enqueue, enqueue_many, and rows inserted into a table with
@@ -29,7 +29,7 @@ violations, once violations. It prints the faults injected and the stale
 holders refused (PC001), which must not be 0 either: a soak in which no fault
 hit proves nothing.
 
-Lines starting with "ok: " or "FAILED: " are the checks; test/soak.sh counts them.
+Lines starting with "ok: " or "FAILED: " are the checks; test/hardening/soak.sh counts them.
 """
 import logging
 import os

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/sqlsmith.sh — random SQL (Debian's sqlsmith) against a database with
+# test/hardening/sqlsmith.sh — random SQL (Debian's sqlsmith) against a database with
 # pg_claim and its objects in place; the server must never crash.
 #
-#   bash test/sqlsmith.sh [SECONDS]        (or SQLSMITH_SECONDS; default 60)
+#   bash test/hardening/sqlsmith.sh [SECONDS]        (or SQLSMITH_SECONDS; default 60)
 #
 # Run as root from the checkout, with the extension installed (test/setup.sh).
 # Installs sqlsmith if missing, starts a throwaway cluster as the OS user
@@ -27,7 +27,7 @@
 #
 # Phase 2 (SQLSMITH_FOCUS_SECONDS, default 30; 0 skips it): sqlsmith reaches
 # claim's functions rarely (it picks among all the server's functions and never
-# calls set-returning ones), so test/soak/fuzz_claim.py then calls only claim's
+# calls set-returning ones), so test/hardening/fuzz_claim.py then calls only claim's
 # functions with hostile arguments drawn per type (see its header), checking for
 # internal errors (XX000) and lost connections, and prints the SQLSTATEs per
 # function.
@@ -37,7 +37,7 @@
 # Last line: "sqlsmith: N passed, N failed"; exit status 1 if anything failed.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 
@@ -143,7 +143,7 @@ echo "sqlsmith: $runs run(s), about $queries queries in $((SECONDS - START))s"
 if (( FOCUS_SECS > 0 )); then
     need_packages python3-psycopg || exit 1
     FUZZ_CONNINFO="host=$CL_DIR port=$CL_PORT dbname=smith user=smith" FUZZ_SECONDS="$FOCUS_SECS" \
-        FUZZ_SEED="$SEED" nice /usr/bin/python3 -u "$ROOT/test/soak/fuzz_claim.py" 2>&1 | tee "$OUTDIR/fuzz_claim.log"
+        FUZZ_SEED="$SEED" nice /usr/bin/python3 -u "$ROOT/test/hardening/fuzz_claim.py" 2>&1 | tee "$OUTDIR/fuzz_claim.log"
     grep -q '^FAILED: \|^Traceback' "$OUTDIR/fuzz_claim.log" && fail "focused phase (see above)"
     PASSED=$((PASSED + $(grep -c '^ok: ' "$OUTDIR/fuzz_claim.log")))
 fi

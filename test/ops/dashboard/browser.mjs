@@ -1,5 +1,5 @@
 // The pg_claim dashboard in a real browser: Debian's headless Chromium driven
-// by playwright-core. Run by test/dashboard_test.sh, which prepares the
+// by playwright-core. Run by test/ops/dashboard_test.sh, which prepares the
 // cluster and passes (environment):
 //   DASH_URL      dashboard connected as a member of claim_admin
 //   DASH_RO_URL   dashboard connected as a role without claim_admin

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# test/soak.sh — the fault soak: load on every kind of pg_claim object while
+# test/hardening/soak.sh — the fault soak: load on every kind of pg_claim object while
 # backends are terminated, statements cancelled and the server crash-restarted;
 # then Jepsen-style counts that must all be 0.
 #
-#   bash test/soak.sh [SECONDS]          (or SOAK_SECONDS; default 60)
+#   bash test/hardening/soak.sh [SECONDS]          (or SOAK_SECONDS; default 60)
 #
 # Run as root from the checkout, with the extension installed (test/setup.sh).
 # Installs python3-psycopg if missing, starts a throwaway cluster as the OS
-# user pgclaim (extension preloaded) and runs test/soak/soak.py, which holds
+# user pgclaim (extension preloaded) and runs test/hardening/soak.py, which holds
 # the load, the chaos and the checks (its header says what each client does).
 #
 # Counts (each must be 0):
@@ -31,7 +31,7 @@
 # Last line: "soak: N passed, N failed"; exit status 1 if anything failed.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 
@@ -83,7 +83,7 @@ export SOAK_CONNINFO="host=$CL_DIR port=$CL_PORT dbname=soak user=$RUN_USER"
 export SOAK_SECONDS="$SECS" SOAK_PGDATA="$CL_DATA" SOAK_PGLOG="$CL_LOG" SOAK_USER="$RUN_USER" PG_BIN
 T0=$SECONDS
 OUT="$CL_DIR/soak.out"
-nice /usr/bin/python3 -u "$ROOT/test/soak/soak.py" 2>&1 | tee "$OUT"
+nice /usr/bin/python3 -u "$ROOT/test/hardening/soak.py" 2>&1 | tee "$OUT"
 rc=${PIPESTATUS[0]}
 echo "soak.py finished in $((SECONDS - T0))s (exit $rc)"
 while IFS= read -r line; do

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# test/dashboard_test.sh — the web dashboard (ops/dashboard) in a real browser.
+# test/ops/dashboard_test.sh — the web dashboard (ops/dashboard) in a real browser.
 #
 # Run as root, after test/setup.sh installed the extension:
 #
-#   bash test/dashboard_test.sh
+#   bash test/ops/dashboard_test.sh
 #
 #   1. installs what is missing: python3-psycopg, chromium (Debian's headless
 #      browser), nodejs/npm, and playwright-core and pg (node-postgres) from
-#      npm into test/dashboard/node_modules (it drives /usr/bin/chromium; no
+#      npm into test/ops/dashboard/node_modules (it drives /usr/bin/chromium; no
 #      browser download). When npm cannot install them (no registry, or a
 #      proxy whose certificate is not trusted), it installs Debian's
 #      chromium-driver and python3-selenium instead, and takes Debian's
@@ -20,14 +20,14 @@
 #      then the queue paused; and a second database on pg_claim 0.2.0 whose
 #      claimed_items lists a released claim with lease_until -infinity;
 #   3. reads every view of the extension with psycopg
-#      (test/dashboard/views_read.py) and node-postgres (views_read.mjs), and
+#      (test/ops/dashboard/views_read.py) and node-postgres (views_read.mjs), and
 #      checks that the dashboard never fails as a whole
-#      (test/dashboard/resilience.py: the 0.2.0 database, sections that
+#      (test/ops/dashboard/resilience.py: the 0.2.0 database, sections that
 #      fail, no database);
 #   4. starts the dashboard twice, as a member of claim_admin and as a role
 #      with only pg_monitor and claim_worker;
-#   5. test/dashboard/browser.mjs (playwright-core), or
-#      test/dashboard/browser_selenium.py (ChromeDriver) with the same checks,
+#   5. test/ops/dashboard/browser.mjs (playwright-core), or
+#      test/ops/dashboard/browser_selenium.py (ChromeDriver) with the same checks,
 #      loads the page 1366 px wide in headless Chromium, checks the counts,
 #      the charts of the last hour, the finished items with their results,
 #      that every action button is on screen, that auto-refresh reloads the
@@ -42,7 +42,7 @@
 # DASHBOARD_DRIVER=selenium uses ChromeDriver without trying npm.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 PY=/usr/bin/python3
@@ -67,10 +67,10 @@ if ((${#missing[@]})); then need_packages "${missing[@]}" || fail_setup "could n
 DRIVER=playwright
 if [[ "${DASHBOARD_DRIVER:-}" == selenium ]]; then
     DRIVER=selenium
-elif [[ ! -f "$ROOT/test/dashboard/node_modules/playwright-core/package.json" ||
-        ! -f "$ROOT/test/dashboard/node_modules/pg/package.json" ]]; then
+elif [[ ! -f "$ROOT/test/ops/dashboard/node_modules/playwright-core/package.json" ||
+        ! -f "$ROOT/test/ops/dashboard/node_modules/pg/package.json" ]]; then
     say "npm: playwright-core, pg"
-    if ! (cd "$ROOT/test/dashboard" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
+    if ! (cd "$ROOT/test/ops/dashboard" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
         say "npm could not install playwright-core and pg: using Debian's chromium-driver, python3-selenium and node-pg"
         DRIVER=selenium
     fi
@@ -86,12 +86,12 @@ cluster_init dashboard </dev/null || fail_setup "initdb failed"
 SCRATCH=$CL_DIR
 PGPORT=$CL_PORT
 CL_DB=ops
-# node-postgres for views_read.mjs: from npm (test/dashboard/node_modules), or
+# node-postgres for views_read.mjs: from npm (test/ops/dashboard/node_modules), or
 # Debian's node-pg, installed with apt-get or, where that cannot be (a nodejs
 # from elsewhere does not satisfy Debian's node-* dependencies), unpacked into
 # the scratch directory. Prints the folder for NODE_PATH ("" for npm's).
 node_pg_path() {
-    if [[ -f "$ROOT/test/dashboard/node_modules/pg/package.json" ]]; then echo ""; return 0; fi
+    if [[ -f "$ROOT/test/ops/dashboard/node_modules/pg/package.json" ]]; then echo ""; return 0; fi
     debian_node_pg
 }
 say "cluster on port $PGPORT"
@@ -159,17 +159,17 @@ run_checks() {  # run_checks WHAT COMMAND...: adds its ok/FAIL lines to the coun
 }
 say "every view, read with psycopg and with node-postgres"
 run_checks views_read.py env DSN="$DSN" VIEWS="$VIEWS" RELEASED="archive:$RELEASED_ID" PYTHONDONTWRITEBYTECODE=1 \
-    timeout 120 "$PY" "$ROOT/test/dashboard/views_read.py"
+    timeout 120 "$PY" "$ROOT/test/ops/dashboard/views_read.py"
 if NODE_LIB="$(node_pg_path)"; then
     run_checks views_read.mjs env DSN="$DSN" VIEWS="$VIEWS" ${NODE_LIB:+NODE_PATH="$NODE_LIB"} \
-        timeout 120 node "$ROOT/test/dashboard/views_read.mjs"
+        timeout 120 node "$ROOT/test/ops/dashboard/views_read.mjs"
 else
     fail "node-postgres: neither npm nor Debian's node-pg could be installed"
 fi
 say "the page never fails as a whole"
 run_checks resilience.py env PYTHONPATH="$ROOT/ops/dashboard" PYTHONDONTWRITEBYTECODE=1 \
     OLD_DSN="host=$SCRATCH port=$PGPORT dbname=old user=dash_admin" OLD_RELEASED="$OLD_RELEASED" \
-    DSN="$DSN" timeout 120 "$PY" "$ROOT/test/dashboard/resilience.py"
+    DSN="$DSN" timeout 120 "$PY" "$ROOT/test/ops/dashboard/resilience.py"
 
 # --- 4. dashboards ------------------------------------------------------------------
 # The admin dashboard connects with PG_CLAIM_DSN, the read-only one with
@@ -230,7 +230,7 @@ if [[ $DRIVER == selenium ]]; then
 else
     BROWSER_CMD=(node browser.mjs)
 fi
-out="$(cd "$ROOT/test/dashboard" && DASH_URL="$ADMIN_URL" DASH_RO_URL="$RO_URL" EXPECT="$EXPECT" \
+out="$(cd "$ROOT/test/ops/dashboard" && DASH_URL="$ADMIN_URL" DASH_RO_URL="$RO_URL" EXPECT="$EXPECT" \
        DEAD_QUEUE=emails DEAD_ID="$DEAD_ID" RELEASED_QUEUE=archive RELEASED_ID="$RELEASED_ID" CLAIMED_ID="$CLAIMED_ID" \
        ARTIFACTS="$ARTIFACTS" PYTHONDONTWRITEBYTECODE=1 \
        timeout 180 "${BROWSER_CMD[@]}" 2>&1)"
@@ -255,5 +255,5 @@ check "the queue archive stays paused" t "$(psql_cl -Atc "SELECT paused FROM cla
 say "hardening: Host, session tokens, statement timeout, ${DASHBOARD_DEAD_ITEMS:-20000} dead items"
 run_checks hardening.py env PG_CLAIM_DSN="host=$SCRATCH port=$PGPORT dbname=ops user=$RUN_USER" \
     DASHBOARD_DEAD_ITEMS="${DASHBOARD_DEAD_ITEMS:-20000}" PYTHONDONTWRITEBYTECODE=1 \
-    timeout 300 "$PY" "$ROOT/test/dashboard/hardening.py"
+    timeout 300 "$PY" "$ROOT/test/ops/dashboard/hardening.py"
 say "screenshot: $ARTIFACTS/dashboard.png"

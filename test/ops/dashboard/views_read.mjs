@@ -1,6 +1,6 @@
 // Reads every view of the extension (listed from the catalog) with
 // node-postgres and its default type parsers, as an application would. Run by
-// test/dashboard_test.sh on a database that has a released claim, a cancelled
+// test/ops/dashboard_test.sh on a database that has a released claim, a cancelled
 // item, an expired lease, a dead item and a paused queue. Environment:
 //   DSN    libpq connection string (host=... port=... dbname=... user=...)
 //   VIEWS  views the extension must have (at least), space-separated
@@ -8,7 +8,7 @@
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const pg = require('pg');   // test/dashboard/node_modules, or NODE_PATH
+const pg = require('pg');   // test/ops/dashboard/node_modules, or NODE_PATH
 const results = [];
 const check = (what, cond, why = '') => {
   results.push(Boolean(cond));

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Random calls of every function of schema claim with hostile arguments
-(driven by test/sqlsmith.sh after sqlsmith itself).
+(driven by test/hardening/sqlsmith.sh after sqlsmith itself).
 
 sqlsmith picks from every function of the server and never calls
 set-returning ones, so it reaches claim's functions rarely. This phase calls

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test/valgrind.sh — the regression suite against a server running under
+# test/valgrind/valgrind.sh — the regression suite against a server running under
 # valgrind's memcheck; no error may have a frame in pg_claim.
 #
-#   bash test/valgrind.sh                 regression suite (test/sql/*.sql)
-#   VALGRIND_ISOLATION=1 bash test/valgrind.sh     also the isolation specs
-#   bash test/valgrind.sh queue leases    only these regression tests
+#   bash test/valgrind/valgrind.sh                 regression suite (test/sql/*.sql)
+#   VALGRIND_ISOLATION=1 bash test/valgrind/valgrind.sh     also the isolation specs
+#   bash test/valgrind/valgrind.sh queue leases    only these regression tests
 #
 # Slow (the server runs 20-50 times slower under memcheck): not part of
 # test/run-tests.sh. Run as root from the checkout, with the extension
@@ -36,7 +36,7 @@
 # Last line: "valgrind: N passed, N failed"; exit status 1 if anything failed.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# test/memory_flat.sh — memory stays flat: many calls of each hot function in
+# test/hardening/memory_flat.sh — memory stays flat: many calls of each hot function in
 # one backend must not grow that backend's memory contexts.
 #
-#   bash test/memory_flat.sh [CALLS]      (or MEMFLAT_CALLS; default 100000)
+#   bash test/hardening/memory_flat.sh [CALLS]      (or MEMFLAT_CALLS; default 100000)
 #
 # Run as root from the checkout, with the extension installed (test/setup.sh).
 # Starts a throwaway cluster as the OS user pgclaim (extension preloaded). For
@@ -44,7 +44,7 @@
 # Last line: "memory_flat: N passed, N failed"; exit status 1 if anything failed.
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=lib/cluster.sh
 . "$ROOT/test/lib/cluster.sh"
 
