@@ -61,12 +61,16 @@ prove_installcheck:
 	$(prove_installcheck)
 
 # What an install script leaves out of the scripts it is built from: their
-# "\echo Use ..." lines, and the update scripts' schema guard (the DO block
-# $pg_claim_update_guard$ and its comment), which sql/install-guard.sql, at
-# the head of the install script, covers with a stricter check.
+# "\echo Use ..." lines, the two comments of the released 0.1.0 script that
+# cite the folder of sources it was once assembled from (gone), and the
+# update scripts' schema guard (the DO block $pg_claim_update_guard$ and its
+# comment), which sql/install-guard.sql, at the head of the install script,
+# covers with a stricter check.
 INSTALL_SED = -e '/^\\echo Use /d' \
               -e '/^-- Refuse to update into a schema "claim"/,/^-- replaced by them\.$$/d' \
-              -e '/^DO \$$pg_claim_update_guard\$$$$/,/^\$$pg_claim_update_guard\$$;$$/d'
+              -e '/^DO \$$pg_claim_update_guard\$$$$/,/^\$$pg_claim_update_guard\$$;$$/d' \
+              -e '/^-- Part of the install script; sql\/pg_claim--0\.1\.0\.sql is assembled from$$/,/^-- sql\/install\/\*\.sql in file-name order by the Makefile\.$$/d' \
+              -e '/^-- Part of the install script (assembled from sql\/install\/\*\.sql in name order)\.$$/d'
 
 sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql Makefile
 	{ echo '-- pg_claim 0.2.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql'; \
@@ -123,4 +127,10 @@ $(OBJS): | layer-check
 version-check:
 	@python3 test/version_check.py
 
-installcheck: version-check
+# The SQLSTATEs are kept in four places (src/core/error.hpp, docs/errors.md and
+# the clients' maps); test/sqlstates_check.py holds them to each other.
+.PHONY: sqlstate-check
+sqlstate-check:
+	@python3 test/sqlstates_check.py
+
+installcheck: version-check sqlstate-check
