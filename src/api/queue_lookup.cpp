@@ -103,7 +103,7 @@ int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
     pg::direct::release(snap);
     if (qid < 0) unknown_queue(cname);
     // A queue created by this transaction is forgotten if it rolls back.
-    register_xact_callbacks();
+    watch_xact_end();
     pg::call_core([&] { producer_queues().put(cname, qid, epoch); });
     return qid;
 }

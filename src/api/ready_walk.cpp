@@ -195,7 +195,12 @@ void forget_at_end() {
     if (commit_overflow) shmem::frontier_forget_all();
 }
 
-void on_xact_end(XactEvent event, void *) {
+// Whether this backend walked or looked up a queue since it started: until
+// then the ends of its transactions have nothing to forget.
+bool in_use = false;
+
+void on_xact_end(XactEvent event) {
+    if (!in_use) return;
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
         event == XACT_EVENT_PREPARE) {
         // A prepared transaction may still roll back, in another session:
@@ -214,24 +219,21 @@ void on_xact_end(XactEvent event, void *) {
     }
 }
 
-void on_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (event == SUBXACT_EVENT_ABORT_SUB) forget_on_abort();
+void on_subxact_end(SubXactEvent event) {
+    if (in_use && event == SUBXACT_EVENT_ABORT_SUB) forget_on_abort();
 }
 
 }  // namespace
 
-void register_xact_callbacks() {
-    static bool registered = false;
-    if (!registered) {
-        RegisterXactCallback(on_xact_end, nullptr);
-        RegisterSubXactCallback(on_subxact_end, nullptr);
-        registered = true;
-    }
-}
+void watch_xact_end() { in_use = true; }
+
+void ready_walk_at_xact_end(XactEvent event) { on_xact_end(event); }
+
+void ready_walk_at_subxact_end(SubXactEvent event) { on_subxact_end(event); }
 
 namespace {
 void note_advanced(int32 queue_id) {
-    register_xact_callbacks();
+    watch_xact_end();
     advanced_items = pg::direct::items_relid();
     for (int i = 0; i < nadvanced; ++i)
         if (advanced_queues[i] == queue_id) return;
@@ -244,7 +246,7 @@ void note_advanced(int32 queue_id) {
 
 void forget_at_commit(int32 queue_id) {
     if (!IsTransactionState()) return;
-    register_xact_callbacks();
+    watch_xact_end();
     commit_items = pg::direct::items_relid();
     for (int i = 0; i < ncommit; ++i)
         if (commit_queues[i] == queue_id) return;

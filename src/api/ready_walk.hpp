@@ -10,11 +10,18 @@
 
 namespace pgclaim::api {
 
-// The abort callbacks, registered once per backend: on abort they forget
-// the hints of queues whose walks moved past items the transaction claimed,
-// and the producers' cached queue ids (queue_lookup.hpp: a queue created by
-// the aborted transaction is gone). No raise.
-void register_xact_callbacks();
+// The end of a transaction and of a subtransaction, called by the module's
+// transaction callbacks (src/module.cpp): an abort forgets the hints of
+// queues whose walks moved past items the transaction claimed, and the
+// producers' cached queue ids (queue_lookup.hpp: a queue created by the
+// aborted transaction is gone); a commit forgets the frontiers of queues it
+// made items ready in (forget_at_commit). Nothing until the backend's first
+// walk or lookup (watch_xact_end). No raise.
+void ready_walk_at_xact_end(XactEvent event);
+void ready_walk_at_subxact_end(SubXactEvent event);
+// The backend walks or looks up queues: the ends of its transactions now
+// have something to forget.
+void watch_xact_end();
 
 // Scheduled items of the queue that are due at `now` become ready, in
 // place (at most pg::kDutyBatch per call); the backend's scan hints of the queue are

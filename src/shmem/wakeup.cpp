@@ -15,7 +15,6 @@
 #include "shmem/poll.hpp"
 #include "shmem/registry.hpp"
 #include "shmem/shared.hpp"
-#include "shmem/xact_end.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -182,7 +181,6 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
         poll_wait(timeout_ms);
         return false;
     }
-    xact_end_register();
     if (!exit_registered) {
         on_shmem_exit(on_exit_unregister, (Datum)0);
         exit_registered = true;
@@ -249,7 +247,6 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
 namespace {
 void add_pending(WaitKind kind, int64 key, int64 count, bool exact) {
     if (shared == nullptr || count <= 0) return;
-    xact_end_register();
     for (int i = 0; i < npending; ++i)
         if (pending[i].kind == (int)kind && pending[i].key == key) {
             pending[i].count += count;
@@ -275,7 +272,6 @@ void notify_finished(int64 queue_id) {
 
 void finished_wait_begin() {
     if (shared == nullptr || finished_waiting) return;
-    xact_end_register();
     finished_waiting = true;
     pg_atomic_fetch_add_u32(&shared->finished_waiters, 1);  // full barrier
 }
