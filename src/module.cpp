@@ -2,9 +2,9 @@
 // the GUCs and the one pair of transaction callbacks that ends every
 // module's part of a transaction in a written order. The only file that
 // knows every layer (see docs/development.md, "Layout").
+#include "api/caches.hpp"
 #include "api/fair.hpp"
 #include "api/partition.hpp"
-#include "api/ready_walk.hpp"
 #include "pg/pg.hpp"
 #include "pg/xact_locks.hpp"
 #include "shmem/claim_slots.hpp"
@@ -133,7 +133,7 @@ void define_shmem_gucs() {
 //     are swept;
 //  3. its announcements of queues being dropped (shmem/drops);
 //  4. the backend's caches: fair keys activated or reactivated (api/fair),
-//     hints, frontiers and producers' queue ids forgotten (api/ready_walk);
+//     hints, frontiers and producers' queue ids forgotten (api/caches);
 //  5. then the wakes: the queue-change epoch moves, the waiters are woken
 //     and the launcher or worker poked (COMMIT; ABORT passes a baton on;
 //     PREPARE drops them: whoever commits the prepared transaction wakes
@@ -146,7 +146,7 @@ void at_xact_end(XactEvent event, void *) {
     pgclaim::pg::xact_locks_at_xact_end(event);
     drops_at_xact_end(event);
     pgclaim::api::fair_at_xact_end(event);
-    pgclaim::api::ready_walk_at_xact_end(event);
+    pgclaim::api::caches_at_xact_end(event);
     switch (event) {
         case XACT_EVENT_COMMIT:
         case XACT_EVENT_ABORT: {
@@ -172,7 +172,7 @@ void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void
     lease_grants_at_subxact_end(event);
     pgclaim::pg::xact_locks_at_subxact_end(event);
     pgclaim::api::fair_at_subxact_end(event);
-    pgclaim::api::ready_walk_at_subxact_end(event);
+    pgclaim::api::caches_at_subxact_end(event);
 }
 
 }  // namespace

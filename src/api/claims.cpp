@@ -17,7 +17,7 @@
 #include "api/completion.hpp"
 #include "api/fair.hpp"
 #include "api/partition.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "api/ready_walk.hpp"
 #include "api/tokens.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/tokens.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"

@@ -3,6 +3,7 @@
 #include "api/fair.hpp"
 
 #include "api/keys.hpp"
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/fair.hpp"
 #include "pg/direct_fair.hpp"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/rules.hpp"
 #include "pg/direct.hpp"
