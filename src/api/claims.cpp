@@ -23,6 +23,7 @@
 #include "api/tokens.hpp"
 #include "core/rate_limit.hpp"
 #include "core/rules.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
 #include "pg/limits.hpp"

@@ -27,6 +27,7 @@
 #include "api/ready_walk.hpp"
 #include "api/tokens.hpp"
 #include "core/rules.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
 #include "pg/duties.hpp"

@@ -6,6 +6,7 @@
 #include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/rules.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "pg/steps_store.hpp"

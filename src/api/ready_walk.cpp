@@ -7,6 +7,7 @@
 #include "shmem/shared.hpp"
 #include "shmem/frontier.hpp"
 
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"

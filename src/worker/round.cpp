@@ -6,6 +6,7 @@
 
 #include "worker/coordination.hpp"
 
+#include "pg/item_locks.hpp"
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
