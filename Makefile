@@ -51,7 +51,7 @@ override with_llvm = no
 # isolation tester only).
 PROVE_TESTS  = test/t/*.pl
 
-EXTRA_CLEAN  = sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql sql/pg_claim--0.4.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
+EXTRA_CLEAN  = $(OBJS:.o=.d) sql/pg_claim--0.2.0.sql sql/pg_claim--0.3.0.sql sql/pg_claim--0.4.0.sql output_iso tmp_check tmp_check_iso results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -61,12 +61,16 @@ prove_installcheck:
 	$(prove_installcheck)
 
 # What an install script leaves out of the scripts it is built from: their
-# "\echo Use ..." lines, and the update scripts' schema guard (the DO block
-# $pg_claim_update_guard$ and its comment), which sql/install-guard.sql, at
-# the head of the install script, covers with a stricter check.
+# "\echo Use ..." lines, the two comments of the released 0.1.0 script that
+# cite the folder of sources it was once assembled from (gone), and the
+# update scripts' schema guard (the DO block $pg_claim_update_guard$ and its
+# comment), which sql/install-guard.sql, at the head of the install script,
+# covers with a stricter check.
 INSTALL_SED = -e '/^\\echo Use /d' \
               -e '/^-- Refuse to update into a schema "claim"/,/^-- replaced by them\.$$/d' \
-              -e '/^DO \$$pg_claim_update_guard\$$$$/,/^\$$pg_claim_update_guard\$$;$$/d'
+              -e '/^DO \$$pg_claim_update_guard\$$$$/,/^\$$pg_claim_update_guard\$$;$$/d' \
+              -e '/^-- Part of the install script; sql\/pg_claim--0\.1\.0\.sql is assembled from$$/,/^-- sql\/install\/\*\.sql in file-name order by the Makefile\.$$/d' \
+              -e '/^-- Part of the install script (assembled from sql\/install\/\*\.sql in name order)\.$$/d'
 
 sql/pg_claim--0.2.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql Makefile
 	{ echo '-- pg_claim 0.2.0, built by make from sql/install-guard.sql, sql/pg_claim--0.1.0.sql'; \
@@ -90,8 +94,17 @@ sql/pg_claim--0.4.0.sql: sql/install-guard.sql sql/pg_claim--0.1.0.sql sql/pg_cl
 	  cat sql/install-guard.sql; \
 	  sed $(INSTALL_SED) sql/pg_claim--0.1.0.sql sql/pg_claim--0.1.0--0.2.0.sql sql/pg_claim--0.2.0--0.3.0.sql sql/pg_claim--0.3.0--0.4.0.sql; } > $@
 
-# Every object depends on the headers of every layer.
-$(OBJS): $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.hpp))
+# Dependencies per object: each compile writes the headers it read into a
+# .d file next to its object (src/core/fair.d, src/shmem/fair.d and
+# src/api/fair.d: three layers have a fair.cpp, so the file is named by its
+# path, not by its stem as PGXS's own autodepend would, in .deps/fair.Po).
+# -MP adds an empty rule per header, so a deleted header does not stop the
+# build. A header edit rebuilds the objects that include it, and no others.
+# This rule replaces the default (and PGXS's autodepend) one for C++.
+%.o: %.cpp
+	$(CXX) $(CXXFLAGS) $(CPPFLAGS) -MMD -MP -MF $*.d -c -o $@ $<
+
+-include $(OBJS:.o=.d)
 
 # The layer rule (docs/development.md, "Layout"): only src/pg touches heap and index
 # scans, heavyweight locks, snapshots and transactions directly. The build
@@ -114,4 +127,10 @@ $(OBJS): | layer-check
 version-check:
 	@python3 test/version_check.py
 
-installcheck: version-check
+# The SQLSTATEs are kept in four places (src/core/error.hpp, docs/errors.md and
+# the clients' maps); test/sqlstates_check.py holds them to each other.
+.PHONY: sqlstate-check
+sqlstate-check:
+	@python3 test/sqlstates_check.py
+
+installcheck: version-check sqlstate-check

@@ -1,13 +1,22 @@
-// The entry of the module: the magic block, _PG_init and the definitions of
-// the GUCs. The only file that knows every layer (see docs/development.md, "Layout").
+// The entry of the module: the magic block, _PG_init, the definitions of
+// the GUCs and the one pair of transaction callbacks that ends every
+// module's part of a transaction in a written order. The only file that
+// knows every layer (see docs/development.md, "Layout").
+#include "api/caches.hpp"
+#include "api/fair.hpp"
 #include "api/partition.hpp"
 #include "pg/pg.hpp"
 #include "pg/xact_locks.hpp"
 #include "shmem/claim_slots.hpp"
+#include "shmem/drops.hpp"
+#include "shmem/epochs.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/metrics.hpp"
 #include "shmem/rates.hpp"
+#include "shmem/registry.hpp"
+#include "shmem/services.hpp"
 #include "shmem/shared.hpp"
+#include "shmem/wakeup.hpp"
 #include "worker/database_hook.hpp"
 #include "worker/launcher.hpp"
 
@@ -113,6 +122,59 @@ void define_shmem_gucs() {
         nullptr);
 }
 
+// The end of a transaction, for every module, in this order:
+//  1. what it counted in shared memory: claims in flight under max_active
+//     (shmem/claim_slots) and lease grants in flight (shmem/lease_grants),
+//     given back at COMMIT and ABORT; at PRE_PREPARE a transaction that
+//     holds either is refused (0A000) before anything else moves;
+//  2. its item and lease locks (pg/xact_locks): given back at COMMIT and
+//     ABORT, handed to the prepared transaction at PREPARE; the locks of
+//     prepared transactions that ended (COMMIT PREPARED, ROLLBACK PREPARED)
+//     are swept;
+//  3. its announcements of queues being dropped (shmem/drops);
+//  4. the backend's caches: fair keys activated or reactivated (api/fair),
+//     hints, frontiers and producers' queue ids forgotten (api/caches);
+//  5. then the wakes: the queue-change epoch moves, the waiters are woken
+//     and the launcher or worker poked (COMMIT; ABORT passes a baton on;
+//     PREPARE drops them: whoever commits the prepared transaction wakes
+//     everyone, worker/database_hook.cpp).
+// So a woken claimer finds the items unlocked, the slots given back and the
+// fair keys active. Nothing here raises but step 1 at PRE_PREPARE.
+void at_xact_end(XactEvent event, void *) {
+    claim_slots_at_xact_end(event);
+    lease_grants_at_xact_end(event);
+    pgclaim::pg::xact_locks_at_xact_end(event);
+    drops_at_xact_end(event);
+    pgclaim::api::fair_at_xact_end(event);
+    pgclaim::api::caches_at_xact_end(event);
+    switch (event) {
+        case XACT_EVENT_COMMIT:
+        case XACT_EVENT_ABORT: {
+            bool commit = event == XACT_EVENT_COMMIT;
+            epochs_at_xact_end(commit);
+            wakeup_at_xact_end(commit);
+            pokes_at_xact_end(commit);
+            break;
+        }
+        case XACT_EVENT_PREPARE:
+            wakeup_at_prepare();
+            pokes_at_xact_end(false);
+            break;
+        default:
+            break;
+    }
+}
+
+// The end of a subtransaction, in the same order: a rollback gives back what
+// it counted, locked and cached; a commit hands it to the parent.
+void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    claim_slots_at_subxact_end(event);
+    lease_grants_at_subxact_end(event);
+    pgclaim::pg::xact_locks_at_subxact_end(event);
+    pgclaim::api::fair_at_subxact_end(event);
+    pgclaim::api::caches_at_subxact_end(event);
+}
+
 }  // namespace
 
 // Plain C calls only: nothing here throws.
@@ -124,10 +186,13 @@ void _PG_init(void) {
     define_gucs();
     if (process_shared_preload_libraries_in_progress) define_shmem_gucs();
     MarkGUCPrefixReserved("pg_claim");
+    // Once per process (inherited by the backends with the preload), in
+    // every session, also one that only runs COMMIT PREPARED.
+    RegisterXactCallback(at_xact_end, nullptr);
+    RegisterSubXactCallback(at_subxact_end, nullptr);
     if (!process_shared_preload_libraries_in_progress) return;
     if (IsBinaryUpgrade) return;  // pg_upgrade: no worker, no hooks
     install_shmem_hooks();
-    pgclaim::pg::xact_locks_register();
     pgclaim::worker::install_database_hook();
     pgclaim::worker::register_launcher();
 }

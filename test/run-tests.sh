@@ -14,8 +14,8 @@
 #      unit       CMake build + GoogleTest via ctest
 #      clients    test/clients.sh: the Python, Node and Go clients, also through PgBouncer
 #      drivers    test/drivers.sh: the worker of docs/drivers.md in seven drivers
-#      ops        test/exporter_test.sh, test/dashboard_test.sh
-#      hardening  test/soak.sh, test/sqlsmith.sh, test/memory_flat.sh
+#      ops        test/ops/exporter_test.sh, test/ops/dashboard_test.sh
+#      hardening  test/hardening/soak.sh, test/hardening/sqlsmith.sh, test/hardening/memory_flat.sh
 # 4. Prints a per-layer summary and, as the very last line: "N passed, N failed".
 #
 # What a count is:
@@ -424,11 +424,11 @@ for layer in "${LAYERS[@]}"; do
         unit)      run_unit_layer ;;
         clients)   run_script_layer clients test/clients.sh ;;
         drivers)   run_script_layer drivers test/drivers.sh ;;
-        ops)       run_script_layer ops test/exporter_test.sh test/dashboard_test.sh ;;
-        hardening) run_script_layer hardening "test/soak.sh ${PGCLAIM_SOAK_SECONDS:-60}" \
-                                              "test/sqlsmith.sh ${PGCLAIM_SQLSMITH_SECONDS:-60}" \
-                                              test/memory_flat.sh ;;
-        valgrind)  run_script_layer valgrind test/valgrind.sh ;;
+        ops)       run_script_layer ops test/ops/exporter_test.sh test/ops/dashboard_test.sh ;;
+        hardening) run_script_layer hardening "test/hardening/soak.sh ${PGCLAIM_SOAK_SECONDS:-60}" \
+                                              "test/hardening/sqlsmith.sh ${PGCLAIM_SQLSMITH_SECONDS:-60}" \
+                                              test/hardening/memory_flat.sh ;;
+        valgrind)  run_script_layer valgrind test/valgrind/valgrind.sh ;;
         *)         echo "unknown layer $layer"; record "$layer" 0 1 "unknown layer" ;;
     esac
     NOTE[$layer]="${NOTE[$layer]:+${NOTE[$layer]}; }$((SECONDS - t0))s"

@@ -6,8 +6,9 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/tokens.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
 #include "pg/limits.hpp"

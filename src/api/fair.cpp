@@ -3,6 +3,7 @@
 #include "api/fair.hpp"
 
 #include "api/keys.hpp"
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/fair.hpp"
 #include "pg/direct_fair.hpp"
@@ -106,7 +107,7 @@ void reactivate_dropped() {
     ndropped_here = 0;
 }
 
-void on_xact(XactEvent event, void *) {
+void on_xact(XactEvent event) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
         for (int i = 0; i < npending; ++i)
             shmem::fair_activate(pending[i].install, pending[i].queue_id, &pending[i].key_id, 1);
@@ -132,7 +133,7 @@ void on_xact(XactEvent event, void *) {
 // A savepoint rolled back takes the fair keys it added with it: so go the
 // ids cached for them (an item enqueued later would carry a key id that no
 // row of claim.fair_keys has).
-void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+void on_subxact(SubXactEvent event) {
     if (event != SUBXACT_EVENT_ABORT_SUB) return;
     if (keys != nullptr) {
         hash_destroy(keys);
@@ -143,17 +144,7 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     reactivate_dropped();
 }
 
-void register_callbacks() {
-    static bool registered = false;
-    if (!registered) {
-        RegisterXactCallback(on_xact, nullptr);
-        RegisterSubXactCallback(on_subxact, nullptr);
-        registered = true;
-    }
-}
-
 void note_pending(Oid install, int32 queue_id, int32 key_id) {
-    register_callbacks();
     shmem::fair_prepare();  // the commit callback allocates nothing
     for (int i = npending - 1; i >= 0 && i >= npending - 8; --i)
         if (pending[i].key_id == key_id && pending[i].queue_id == queue_id &&
@@ -163,7 +154,6 @@ void note_pending(Oid install, int32 queue_id, int32 key_id) {
 }
 
 int32 key_id_of(int32 queue_id, text *key) {
-    register_callbacks();
     Oid install = direct::items_relid();
     if (keys == nullptr) keys = make_table("pg_claim fair keys", sizeof(KeyKey), sizeof(KeyEntry));
     if (hash_get_num_entries(keys) >= 65536) {
@@ -390,7 +380,6 @@ void end_key(FairSource *s, bool exhausted) {
 // A key found exhausted leaves the active set, remembered in case this
 // transaction rolls back (reactivate_dropped).
 void deactivate(FairSource *s, int32 key) {
-    register_callbacks();
     shmem::fair_deactivate(s->install, s->queue_id, key);
     if (ndropped_here < kMaxPending)
         dropped_here[ndropped_here++] = Pending{s->install, s->queue_id, key};
@@ -519,6 +508,10 @@ void fair_source_end(FairSource *s) {
     for (int i = 0; i < s->nstat; ++i)
         shmem::fair_handed(s->install, s->queue_id, s->stat_key[i], s->stat_n[i], s->now);
 }
+
+void fair_at_xact_end(XactEvent event) { on_xact(event); }
+
+void fair_at_subxact_end(SubXactEvent event) { on_subxact(event); }
 
 }  // namespace pgclaim::api
 

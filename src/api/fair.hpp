@@ -28,6 +28,14 @@ int32 fair_key_default(int32 queue_id);
 // connected).
 void fair_mark_items(const int64 *ids, int n, int32 key_id);
 
+// The end of a transaction and of a subtransaction, called by the module's
+// transaction callbacks (src/module.cpp): a commit activates the keys the
+// transaction added in the scheduler; an abort (also of a savepoint) makes
+// the keys its walks took out of the active set active again and forgets the
+// cached key ids. No raise.
+void fair_at_xact_end(XactEvent event);
+void fair_at_subxact_end(SubXactEvent event);
+
 // create_queue and alter_queue: argument `argno` (fair boolean), when the
 // catalog passes it, for the queue named by argument 0 (SPI connected).
 // Turning a queue fair gives its items without a key the default key

@@ -21,12 +21,13 @@
 // is claimed. Items not taken are unlocked. Every read and write goes
 // through the direct path (pg/direct.hpp), as claim_next's do.
 #include "api/partition.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/keys.hpp"
 #include "api/queue_lookup.hpp"
 #include "api/ready_walk.hpp"
 #include "api/tokens.hpp"
 #include "core/rules.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
 #include "pg/duties.hpp"

@@ -26,6 +26,7 @@
 //    index probes and updates (pg/direct_leases.hpp); the rest through SPI.
 #include "api/partition.hpp"
 #include "api/tokens.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct_leases.hpp"
 #include "core/lease_rules.hpp"
 #include "core/rules.hpp"

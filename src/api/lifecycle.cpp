@@ -3,9 +3,10 @@
 #include <algorithm>
 
 #include "api/arrays.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "core/rules.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "pg/steps_store.hpp"

@@ -4,7 +4,7 @@
 #include "api/arrays.hpp"
 #include "api/dependencies.hpp"
 #include "api/fair.hpp"
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/keys.hpp"
 #include "api/queue_admin.hpp"
 #include "api/queue_lookup.hpp"

@@ -3,6 +3,7 @@
 // and the flow-control settings that create_queue shares with alter_queue.
 #include "api/queue_admin.hpp"
 
+#include "api/caches.hpp"
 #include "api/queue_lookup.hpp"
 #include "api/fair.hpp"
 #include "core/rules.hpp"

@@ -1,8 +1,7 @@
-// Queues by name and the backend's caches of them: see queue_lookup.hpp.
+// Queues by name, through the backend's caches (caches.hpp): see queue_lookup.hpp.
 #include "api/queue_lookup.hpp"
 
-#include "api/hints.hpp"
-#include "api/ready_walk.hpp"
+#include "api/caches.hpp"
 #include "pg/direct.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/drops.hpp"
@@ -41,19 +40,6 @@ QueueInfo lookup_queue(const char *name) {
     return q;
 }
 
-namespace {
-// One of each per backend process, made on first use.
-QueueCache &queue_cache() { static QueueCache c; return c; }
-ProducerQueues &producer_queues() { static ProducerQueues c; return c; }
-}  // namespace
-
-void forget_producer_queues() noexcept {
-    try {
-        producer_queues().clear();
-    } catch (...) {
-    }
-}
-
 QueueInfo lookup_queue_cached(const char *name) {
     sync_caches();
     int64 now = pg::clock_now();
@@ -70,19 +56,6 @@ QueueInfo lookup_queue_cached(const char *name) {
     QueueInfo q = lookup_queue(name);
     pg::call_core([&] { queue_cache().put(name, q, now, epoch); });
     return q;
-}
-
-void sync_caches() {
-    static Oid seen = InvalidOid;
-    Oid rel = pg::direct::items_relid();
-    if (rel == seen) return;
-    seen = rel;
-    pg::call_core([&] {
-        queue_cache().clear();
-        producer_queues().clear();
-        hints().forget_all();
-        promote_schedule().forget_all();
-    });
 }
 
 int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
@@ -102,17 +75,10 @@ int32 producer_queue(void *direct_tables, Datum name, const char *cname) {
     qid = pg::direct::queue_id(t, name, snap);
     pg::direct::release(snap);
     if (qid < 0) unknown_queue(cname);
-    // A queue created by this transaction is forgotten if it rolls back.
-    register_xact_callbacks();
+    // A queue created by this transaction is forgotten if it rolls back
+    // (caches.hpp, producer_queues).
     pg::call_core([&] { producer_queues().put(cname, qid, epoch); });
     return qid;
-}
-
-void forget_queues() {
-    pg::call_core([&] {
-        queue_cache().clear();
-        producer_queues().clear();
-    });
 }
 
 namespace {

@@ -1,5 +1,6 @@
-// Queues by name: the lookup in claim.queues, and the backend's caches of
-// queue definitions (for claimers) and queue ids (for producers).
+// Queues by name: the lookup in claim.queues, directly or through the
+// backend's caches of queue definitions (for claimers) and queue ids (for
+// producers), which live in caches.hpp.
 #pragma once
 
 #include "core/queue_cache.hpp"
@@ -16,12 +17,6 @@ QueueInfo lookup_queue(const char *name);
 // the hot path of workers. An entry holds until a queue is altered,
 // paused or resumed anywhere (shmem::queue_changes), at most kTtlUs.
 QueueInfo lookup_queue_cached(const char *name);
-void forget_queues();
-
-// The backend's caches (queues, scan hints, promotion schedule) describe one
-// installation of the extension: when claim.items is not the table they were
-// filled from (DROP and CREATE EXTENSION reuse queue ids), they are cleared.
-void sync_caches();
 // 42704 for a queue that does not exist.
 [[noreturn]] void unknown_queue(const char *name);
 
@@ -39,9 +34,5 @@ void recheck_after_wait(const char *name, QueueInfo *q, uint64 *drops);
 // index probe otherwise, and always without the preload. `name` is the text
 // datum, `cname` the same as a C string.
 int32 producer_queue(void *direct_tables, Datum name, const char *cname);
-// Forgets the producers' cached queue ids (the abort callback of
-// ready_walk.hpp calls it: a queue created by the aborted transaction is
-// gone). No raise.
-void forget_producer_queues() noexcept;
 
 }  // namespace pgclaim::api

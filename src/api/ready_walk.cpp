@@ -1,13 +1,13 @@
 // The walk over a queue's ready items (claim_next, group_claim), the
-// promotion of due scheduled items before it, and the callbacks that
-// forget hints and cached queue ids when a transaction aborts.
+// promotion of due scheduled items before it and the wait for items after
+// it: see ready_walk.hpp.
 #include "api/ready_walk.hpp"
 
-#include "api/hints.hpp"
-#include "api/queue_lookup.hpp"
+#include "api/caches.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/frontier.hpp"
 
+#include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
@@ -32,52 +32,14 @@ void promote_due(int32 queue_id, TimestampTz now) {
     });
 }
 
-namespace {
-// At most this long after an empty scan ended another is skipped: the
-// bound on what a path that makes items ready without a notification would
-// delay. Counted from the end, so that a scan slower than this (a long walk
-// over rows a pinned snapshot keeps) still spares the next ones.
-constexpr int64 kEmptyUs = 100 * 1000;
-constexpr int kEmptySlots = 16;
-struct EmptyMemo {
-    Oid install;
-    int32 queue_id;
-    TimestampTz since;  // when the empty scan started; 0: unused
-    TimestampTz until;  // kEmptyUs after it ended
-};
-EmptyMemo empty_memo[kEmptySlots];
-
-EmptyMemo *memo_of(int32 queue_id) {
-    Oid install = pg::direct::items_relid();
-    for (EmptyMemo &m : empty_memo)
-        if (m.since != 0 && m.queue_id == queue_id && m.install == install) return &m;
-    return nullptr;
-}
-}  // namespace
-
-bool queue_seen_empty(int32 queue_id, TimestampTz now) {
-    EmptyMemo *m = memo_of(queue_id);
-    if (m == nullptr) return false;
-    if (now < m->until && now >= m->since && shmem::queue_quiet_since(queue_id, m->since))
-        return true;
-    m->since = 0;
-    return false;
-}
-
-void remember_empty(int32 queue_id, TimestampTz scan_start) {
-    if (!shmem::preloaded()) return;
-    EmptyMemo *m = memo_of(queue_id);
-    if (m == nullptr) {
-        m = &empty_memo[0];
-        for (EmptyMemo &e : empty_memo)
-            if (e.since == 0 || e.since < m->since) m = &e;  // a free or the oldest
-    }
-    *m = EmptyMemo{pg::direct::items_relid(), queue_id, scan_start,
-                   GetCurrentTimestamp() + kEmptyUs};
-}
-
-void forget_empty(int32 queue_id) {
-    if (EmptyMemo *m = memo_of(queue_id)) m->since = 0;
+bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at) {
+    TimestampTz now = pg::clock_now();
+    if (now >= deadline) return false;
+    TimestampTz until = wake_at > 0 && wake_at < deadline ? wake_at : deadline;
+    if (until <= now) return true;  // look again at once
+    if (shmem::wait_for(shmem::WaitKind::Queue, queue_id, (long)((until - now + 999) / 1000)))
+        pg::call_core([&] { hints().forget(queue_id); });
+    return true;
 }
 
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now) {
@@ -157,103 +119,6 @@ bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_unti
     return true;
 }
 
-namespace {
-// Queues whose hints moved past items claimed in the open transaction; on
-// abort they are forgotten, and so are the producers' cached queue ids (a
-// queue created by the aborted transaction is gone).
-constexpr int kMaxAdvanced = 16;
-int32 advanced_queues[kMaxAdvanced];
-int nadvanced;
-bool advanced_overflow;
-Oid advanced_items;  // claim.items when they were noted
-
-// Called from transaction callbacks: must not raise.
-void forget_on_abort() noexcept {
-    try {
-        forget_producer_queues();
-        if (advanced_overflow) hints().forget_all();
-        for (int i = 0; i < nadvanced; ++i) hints().forget(advanced_queues[i]);
-    } catch (...) {
-    }
-    for (int i = 0; i < nadvanced; ++i)
-        shmem::frontier_forget(advanced_items, advanced_queues[i]);
-    if (advanced_overflow) shmem::frontier_forget_all();
-    nadvanced = 0;
-    advanced_overflow = false;
-}
-
-// Queues whose items the open transaction makes ready behind positions
-// (release, fail, redrive, ...): their frontiers are forgotten again once it
-// commits, so a scan that ran in between publishes nothing past them.
-int32 commit_queues[kMaxAdvanced];
-int ncommit;
-bool commit_overflow;
-Oid commit_items;
-
-void forget_at_end() {
-    for (int i = 0; i < ncommit; ++i) shmem::frontier_forget(commit_items, commit_queues[i]);
-    if (commit_overflow) shmem::frontier_forget_all();
-}
-
-void on_xact_end(XactEvent event, void *) {
-    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-        event == XACT_EVENT_PREPARE) {
-        // A prepared transaction may still roll back, in another session:
-        // what it claimed is treated as given back now (while it stays
-        // prepared, its items stay locked and scans stop at them).
-        forget_on_abort();
-        if (event == XACT_EVENT_PREPARE) forget_at_end();
-        ncommit = 0;
-        commit_overflow = false;
-    } else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT) {
-        forget_at_end();
-        ncommit = 0;
-        commit_overflow = false;
-        nadvanced = 0;
-        advanced_overflow = false;
-    }
-}
-
-void on_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
-    if (event == SUBXACT_EVENT_ABORT_SUB) forget_on_abort();
-}
-
-}  // namespace
-
-void register_xact_callbacks() {
-    static bool registered = false;
-    if (!registered) {
-        RegisterXactCallback(on_xact_end, nullptr);
-        RegisterSubXactCallback(on_subxact_end, nullptr);
-        registered = true;
-    }
-}
-
-namespace {
-void note_advanced(int32 queue_id) {
-    register_xact_callbacks();
-    advanced_items = pg::direct::items_relid();
-    for (int i = 0; i < nadvanced; ++i)
-        if (advanced_queues[i] == queue_id) return;
-    if (nadvanced == kMaxAdvanced)
-        advanced_overflow = true;
-    else
-        advanced_queues[nadvanced++] = queue_id;
-}
-}  // namespace
-
-void forget_at_commit(int32 queue_id) {
-    if (!IsTransactionState()) return;
-    register_xact_callbacks();
-    commit_items = pg::direct::items_relid();
-    for (int i = 0; i < ncommit; ++i)
-        if (commit_queues[i] == queue_id) return;
-    if (ncommit < kMaxAdvanced)
-        commit_queues[ncommit++] = queue_id;
-    else
-        commit_overflow = true;
-}
-
 void walk_claimed(ReadyWalk *w, ScanPos pos, TimestampTz lease_until) {
     // Other walks may pass this item while it is locked (walk_pass_busy):
     // should this transaction roll back, its abort forgets the queue's
@@ -307,7 +172,7 @@ void walk_end(ReadyWalk *w) {
     // A position reached from the shared frontier holds only as long as
     // the frontier did.
     if (w->start_expires < w->claims_end) w->claims_end = w->start_expires;
-    if (w->advanced) note_advanced(w->queue_id);
+    if (w->advanced) forget_on_abort_of(w->queue_id);
     ReadyWalk c = *w;
     pg::call_core([&] {
         hints().record(c.queue_id, c.from_head,

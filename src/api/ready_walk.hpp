@@ -1,7 +1,8 @@
 // The walk over a queue's ready items (claim_next, group_claim), the
-// promotion of due scheduled items before it, the memo of empty queues, the
-// grant of a claim to an item the walk found, and the abort callbacks that
-// forget hints and cached queue ids.
+// promotion of due scheduled items before it, the grant of a claim to an
+// item the walk found, and the wait for items when it found none. What the
+// walk remembers between calls (hints, frontiers, the memo of empty queues)
+// is in caches.hpp.
 #pragma once
 
 #include "core/scan_hint.hpp"
@@ -10,17 +11,18 @@
 
 namespace pgclaim::api {
 
-// The abort callbacks, registered once per backend: on abort they forget
-// the hints of queues whose walks moved past items the transaction claimed,
-// and the producers' cached queue ids (queue_lookup.hpp: a queue created by
-// the aborted transaction is gone). No raise.
-void register_xact_callbacks();
-
 // Scheduled items of the queue that are due at `now` become ready, in
 // place (at most pg::kDutyBatch per call); the backend's scan hints of the queue are
 // forgotten when any did, and its promotion schedule learns the earliest
 // run_at still pending. SPI must be connected.
 void promote_due(int32 queue_id, TimestampTz now);
+
+// Wait until items of the queue may have become ready or `deadline` passes;
+// false once it has passed (nothing was waited for then). When a producer's
+// commit or the worker woke us, the backend's scan hints of the queue are
+// forgotten: the next scan starts at the head. A `wake_at` before the
+// deadline (a rate limit's next allowance; 0: none) ends the wait then.
+bool wait_for_items(int32 queue_id, TimestampTz deadline, TimestampTz wake_at = 0);
 
 // What a walk over a queue's ready items (claim_next, group_claim) keeps
 // while it looks for claimable items: where the next walk may start (the
@@ -50,16 +52,6 @@ struct ReadyWalk {
 };
 void walk_begin(ReadyWalk *w, int32 queue_id, int32 max_attempts, TimestampTz now);
 
-// Empty queues. A claim scan that met no ready item at all (not even a
-// claimed one) remembers when it started; for a short while after it ended (kEmptyUs),
-// while no transaction has made items of the queue ready since (every path
-// that does calls shmem::notify_ready, which stamps the queue at commit), the
-// next scans of this backend are skipped. An empty queue polled under a long
-// snapshot then costs no walk over the rows that snapshot keeps alive. With
-// the preload only.
-bool queue_seen_empty(int32 queue_id, TimestampTz now);
-void remember_empty(int32 queue_id, TimestampTz scan_start);
-void forget_empty(int32 queue_id);
 // One visible ready item at `pos` and its claim row (has_claim, lease_until,
 // attempt). True when it may be claimed: no live claim and attempts left.
 bool walk_step(ReadyWalk *w, ScanPos pos, bool has_claim, TimestampTz lease_until, int32 attempt);
@@ -84,10 +76,6 @@ void walk_jumped(ReadyWalk *w, ScanPos to, TimestampTz expires);
 // took its lock first: the hint is put back as it was before that step, and
 // the item passed as walk_pass_busy does.
 void walk_lost_race(ReadyWalk *w, ScanPos pos);
-// The queue's shared frontier is forgotten once more when the open
-// transaction commits (forget_hints: what it made ready becomes visible
-// then). Past 16 queues in a transaction, every queue's frontier; no raise.
-void forget_at_commit(int32 queue_id);
 // The walk claimed the item at `pos` (live until `lease_until` once this
 // transaction commits): when the hint stands at it, the next walk may start
 // right after it. Should the transaction (or a subtransaction) abort, the

@@ -16,7 +16,7 @@
 //  * _steps_wait_children: a run waits for its children as an item waits
 //    for its `after` list (claim.item_parents), under the children's item
 //    locks, so no child can finish between the check and the edges.
-#include "api/hints.hpp"
+#include "api/caches.hpp"
 #include "api/arrays.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/registry.hpp"

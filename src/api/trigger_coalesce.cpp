@@ -16,6 +16,7 @@
 #include "api/trigger_payload.hpp"
 
 #include "api/queue_lookup.hpp"
+#include "pg/item_locks.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"

@@ -1,5 +1,6 @@
 // The duties shared by claimers and the worker; see duties.hpp.
 #include "pg/duties.hpp"
+#include "pg/item_locks.hpp"
 #include "pg/lineage.hpp"
 
 namespace pgclaim::pg {

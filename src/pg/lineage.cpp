@@ -1,5 +1,6 @@
 // History of finished items and dependencies between items; see lineage.hpp.
 #include "pg/lineage.hpp"
+#include "pg/item_locks.hpp"
 
 #include <algorithm>
 

@@ -1,7 +1,5 @@
 // Server layer: see pg.hpp for the rules this file follows.
 #include "pg/pg.hpp"
-#include "pg/token_store.hpp"
-#include "pg/xact_locks.hpp"
 #include "pg/compat.hpp"
 
 #include <cstdarg>
@@ -185,22 +183,6 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null) {
     return isnull ? if_null : DatumGetInt32(d);
 }
 
-bool lock_item(int64_t item_id, bool wait, bool ungrouped) {
-    return xact_lock(LockSpace::Item, (uint64)item_id, wait, ungrouped ? 1 : 0);
-}
-
-void unlock_item(int64_t item_id) { xact_unlock(LockSpace::Item, (uint64)item_id); }
-
-bool item_busy(int64_t item_id) { return xact_lock_busy(LockSpace::Item, (uint64)item_id); }
-
-bool item_busy_ungrouped(int64_t item_id) {
-    return xact_lock_busy_tag(LockSpace::Item, (uint64)item_id) == 1;
-}
-
-bool lock_lease(uint64 key, bool wait) { return xact_lock(LockSpace::LeaseSlot, key, wait); }
-
-void unlock_lease(uint64 key) { xact_unlock(LockSpace::LeaseSlot, key); }
-
 namespace {
 constexpr char kPinnedPath[] = "pg_catalog, pg_temp";
 }
@@ -222,13 +204,6 @@ uint64 wal_mark() { return XactLastRecEnd; }
 
 void wal_forget(uint64 mark) {
     if (XactLastRecEnd > mark) XactLastRecEnd = mark;
-}
-
-void flush_token_wal() {
-    Oid nsp = get_namespace_oid("claim", false);
-    Oid relid = get_relname_relid("token_seq", nsp);
-    if (!OidIsValid(relid)) missing_object("sequence claim.token_seq");
-    token_store::flush(relid);
 }
 
 }  // namespace pgclaim::pg

@@ -145,38 +145,11 @@ int32_t col_int32_or(uint64 row, int colno, int32_t if_null);
 // An int8[] Datum of n values (palloc'd).
 Datum int8_array(const int64 *v, int n);
 
-// --- locks -------------------------------------------------------------------
-// Transaction-level exclusive locks, released at commit/abort and by a
-// subtransaction's rollback (pg/xact_locks.hpp: in shared memory with the
-// preload, heavyweight advisory locks without it).
-
-// Lock an item: claimers try (skip when busy); everyone else waits.
-// ungrouped: the caller knows the item has no group key (item_busy_ungrouped).
-bool lock_item(int64_t item_id, bool wait, bool ungrouped = false);
-void unlock_item(int64_t item_id);
-// Another open transaction holds the item's lock now (pg/xact_locks.hpp:
-// xact_lock_busy); takes nothing.
-bool item_busy(int64_t item_id);
-// Another open transaction holds the item's lock, and took it saying the
-// item has no group key (a claimer's walk). Takes nothing.
-bool item_busy_ungrouped(int64_t item_id);
-// Lock a lease slot by a 64-bit key (a hash of name and slot): acquirers
-// try (skip when busy), lease_assert waits and keeps it until the
-// transaction ends.
-bool lock_lease(uint64 key, bool wait);
-void unlock_lease(uint64 key);
-
-// --- tokens ---------------------------------------------------------------
-// Make sure the WAL record that covers every token handed out so far is on
-// disk before the tokens leave the server, so a crash can never hand one out
-// again. Cheap when it already is (the usual case).
-void flush_token_wal();
-
 // --- commit durability ---------------------------------------------------------
 // A transaction that wrote WAL waits at commit until that WAL is on disk.
 // Some WAL needs no such wait: heap pruning and hint records written while
 // reading, and the token sequence's prefetch record (tokens are protected by
-// the jump at startup or by flush_token_wal, see api/tokens.cpp). A claim writes
+// the jump at startup or by flush_token_wal, pg/token_store.hpp). A claim writes
 // only such WAL besides its unlogged claim rows, so wrapping it in
 // wal_mark()/wal_forget() lets it commit asynchronously, as PostgreSQL
 // commits a read-only transaction that pruned a page. The commit record

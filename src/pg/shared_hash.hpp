@@ -30,7 +30,7 @@ struct SharedHash {
     LWLock *lock;          // the first: the lock of an unpartitioned table
 };
 
-// From the preload's shared-memory hooks (shmem/shared.cpp).
+// From the preload's shared-memory hooks (shmem/services.cpp).
 Size shared_hash_size(const SharedHash &t);
 void shared_hash_request(const SharedHash &t);
 void shared_hash_init(SharedHash &t);

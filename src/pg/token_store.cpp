@@ -113,3 +113,14 @@ void unlock() {
 uint32 timeline() { return (uint32)GetWALInsertionTimeLine(); }
 
 }  // namespace pgclaim::pg::token_store
+
+namespace pgclaim::pg {
+
+void flush_token_wal() {
+    Oid nsp = get_namespace_oid("claim", false);
+    Oid relid = get_relname_relid("token_seq", nsp);
+    if (!OidIsValid(relid)) missing_object("sequence claim.token_seq");
+    token_store::flush(relid);
+}
+
+}  // namespace pgclaim::pg

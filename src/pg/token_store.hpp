@@ -42,3 +42,12 @@ void unlock();
 uint32 timeline();
 
 }  // namespace pgclaim::pg::token_store
+
+namespace pgclaim::pg {
+
+// Make sure the WAL record that covers every token handed out so far is on
+// disk before the tokens leave the server, so a crash can never hand one out
+// again. Cheap when it already is (the usual case).
+void flush_token_wal();
+
+}  // namespace pgclaim::pg

@@ -63,7 +63,6 @@ int64 nheld = 0;
 // The virtual transaction id the entries of this transaction carry (kept
 // here: at the end callbacks MyProc no longer has it).
 VirtualTransactionId holder;
-bool callbacks_registered = false;
 // The generation of this backend's anchor held now (0: none).
 uint64 anchor = 0;
 // The partition whose waiters count this backend (-1: none): an error
@@ -347,16 +346,7 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     if (waited) drop_anchor();
 }
 
-void register_callbacks() {
-    if (!callbacks_registered) {
-        RegisterXactCallback(on_xact, nullptr);
-        RegisterSubXactCallback(on_subxact, nullptr);
-        callbacks_registered = true;
-    }
-}
-
 void ensure_local() {
-    register_callbacks();
     if (held == nullptr) {
         HASHCTL c;
         memset(&c, 0, sizeof(c));
@@ -597,7 +587,9 @@ void xact_locks_release_all() {
 
 bool xact_locks_in_shmem() { return shash.htab != nullptr; }
 
-void xact_locks_register() { register_callbacks(); }
+void xact_locks_at_xact_end(XactEvent event) { on_xact(event, nullptr); }
+
+void xact_locks_at_subxact_end(SubXactEvent event) { on_subxact(event, 0, 0, nullptr); }
 
 int64 xact_locks_held() { return nheld; }
 

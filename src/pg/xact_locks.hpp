@@ -32,7 +32,7 @@ enum class LockSpace : uint16 { Item = 0x5043, LeaseSlot = 0x5046 };
 
 extern int guc_max_xact_locks;
 
-// Shared memory (called by shmem/shared.cpp from the preload's hooks).
+// Shared memory (called by shmem/services.cpp from the preload's hooks).
 Size xact_locks_shmem_size();
 void xact_locks_shmem_request();
 void xact_locks_shmem_init();
@@ -55,14 +55,20 @@ bool xact_lock_busy(LockSpace space, uint64 key);
 int xact_lock_busy_tag(LockSpace space, uint64 key);
 
 // Gives back every lock of the ending transaction now (the transaction
-// callbacks do it too; waking waiters calls it first, so that they find the
-// items free). Never raises.
+// callbacks do it at COMMIT and ABORT, before any waiter is woken, so that
+// woken claimers find the items free: src/module.cpp). Never raises.
 void xact_locks_release_all();
 
-// Registers the transaction callbacks (from _PG_init with the preload, so
-// that every backend, also one that only runs COMMIT PREPARED, frees what
-// prepared transactions held when they end).
-void xact_locks_register();
+// The end of a transaction and of a subtransaction, called by the module's
+// one pair of transaction callbacks (src/module.cpp, registered from
+// _PG_init, so that every backend, also one that only runs COMMIT PREPARED,
+// frees what prepared transactions held when they end). COMMIT and ABORT
+// give back this transaction's locks and sweep those of prepared
+// transactions that ended; PREPARE hands the locks to the prepared
+// transaction; a subtransaction's abort gives back its locks, its commit
+// hands them to its parent.
+void xact_locks_at_xact_end(XactEvent event);
+void xact_locks_at_subxact_end(SubXactEvent event);
 
 // Whether a transaction prepared before the last start of the server is
 // still open: which items it holds is then known from its rows only

@@ -31,7 +31,6 @@ struct Mine {
     int64 n;
 };
 TxnRecords<Mine> mine;
-bool callbacks_registered = false;
 
 SlotKey key_of(Oid install, int32 queue_id) {
     SlotKey k;
@@ -54,7 +53,7 @@ void release(const SlotKey &k, int64 n) {
 
 void give_back(const Mine &m) { release(m.key, m.n); }
 
-void at_xact_end(XactEvent event, void *) {
+void at_xact_end(XactEvent event) {
     if (event == XACT_EVENT_PRE_PREPARE) {
         for (int i = 0; i < mine.size(); ++i)
             if (mine[i].n > 0)
@@ -68,7 +67,7 @@ void at_xact_end(XactEvent event, void *) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) mine.drop_from(table, 0, give_back);
 }
 
-void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+void at_subxact_end(SubXactEvent event) {
     mine.at_subxact_end(table, event, give_back);
 }
 
@@ -88,11 +87,6 @@ void claim_slots_shmem_init() { pg::shared_hash_init(table); }
 
 int64 claim_slots_reserve(Oid install, int32 queue_id, int n) {
     if (table.htab == nullptr || n <= 0) return -1;
-    if (!callbacks_registered) {
-        RegisterXactCallback(at_xact_end, nullptr);
-        RegisterSubXactCallback(at_subxact_end, nullptr);
-        callbacks_registered = true;
-    }
     SlotKey k = key_of(install, queue_id);
     Mine *m = mine_for(k);
     int64 own = 0;
@@ -121,5 +115,8 @@ void claim_slots_give_back(Oid install, int32 queue_id, int n) {
     release(k, n - left);
     LWLockRelease(table.lock);
 }
+
+void claim_slots_at_xact_end(XactEvent event) { at_xact_end(event); }
+void claim_slots_at_subxact_end(SubXactEvent event) { at_subxact_end(event); }
 
 }  // namespace pgclaim::shmem

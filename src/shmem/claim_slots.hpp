@@ -30,4 +30,11 @@ int64 claim_slots_reserve(Oid install, int32 queue_id, int n);
 // Gives back `n` of this transaction's reservations (claims not made).
 void claim_slots_give_back(Oid install, int32 queue_id, int n);
 
+// The end of a transaction (COMMIT and ABORT give its reservations back;
+// PRE_PREPARE raises 0A000 when it holds one) and of a subtransaction (an
+// abort gives back its reservations). Called by the module's transaction
+// callbacks (src/module.cpp).
+void claim_slots_at_xact_end(XactEvent event);
+void claim_slots_at_subxact_end(SubXactEvent event);
+
 }  // namespace pgclaim::shmem

@@ -28,9 +28,8 @@ struct Drops {
 
 Drops *drops = nullptr;
 bool mine = false;  // this transaction announced a drop
-bool callback_registered = false;
 
-void clear_mine(XactEvent event, void *) {
+void clear_mine(XactEvent event) {
     if (!mine || drops == nullptr) return;
     if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT && event != XACT_EVENT_PREPARE)
         return;
@@ -56,10 +55,6 @@ void drops_shmem_init() {
 
 void drop_announce(Oid install, int32 queue_id) {
     if (drops == nullptr) return;
-    if (!callback_registered) {
-        RegisterXactCallback(clear_mine, nullptr);
-        callback_registered = true;
-    }
     bool placed = false;
     SpinLockAcquire(&drops->mutex);
     for (int i = 0; i < kSlots && !placed; ++i) {
@@ -87,5 +82,7 @@ bool drop_pending(Oid install, int32 queue_id) {
     SpinLockRelease(&drops->mutex);
     return pending;
 }
+
+void drops_at_xact_end(XactEvent event) { clear_mine(event); }
 
 }  // namespace pgclaim::shmem

@@ -22,4 +22,8 @@ void drop_announce(Oid install, int32 queue_id);
 // Is the queue being dropped by another transaction?
 bool drop_pending(Oid install, int32 queue_id);
 
+// The end of a transaction (COMMIT, ABORT, PREPARE): its announcements go.
+// Called by the module's transaction callbacks (src/module.cpp).
+void drops_at_xact_end(XactEvent event);
+
 }  // namespace pgclaim::shmem

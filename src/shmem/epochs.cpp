@@ -2,7 +2,6 @@
 #include "shmem/epochs.hpp"
 
 #include "shmem/shared.hpp"
-#include "shmem/xact_end.hpp"
 
 namespace pgclaim::shmem {
 
@@ -18,7 +17,6 @@ void queue_dropped() {
 
 void queues_changed_at_commit() {
     if (shared == nullptr) return;
-    xact_end_register();
     pending_changes_bump = true;
 }
 

@@ -18,8 +18,9 @@ void queue_dropped();
 void queues_changed_at_commit();
 uint64 queue_changes();
 
-// For xact_end.cpp: the end of the transaction (COMMIT or ABORT) moves
-// queue_changes when the transaction asked for it.
+// For the module's transaction callbacks (src/module.cpp): the end of the
+// transaction (COMMIT or ABORT) moves queue_changes when the transaction asked
+// for it.
 void epochs_at_xact_end(bool commit);
 
 }  // namespace pgclaim::shmem

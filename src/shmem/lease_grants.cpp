@@ -31,7 +31,6 @@ struct Mine {
     uint64 name;
 };
 TxnRecords<Mine> mine;
-bool callbacks_registered = false;
 
 GrantKey key_of(uint64 name) {
     GrantKey k;
@@ -50,7 +49,7 @@ void drop_one(uint64 name) {
 
 void give_back(const Mine &m) { drop_one(m.name); }
 
-void at_xact_end(XactEvent event, void *) {
+void at_xact_end(XactEvent event) {
     if (event == XACT_EVENT_PRE_PREPARE && mine.size() > 0)
         pg::error({ERRCODE_FEATURE_NOT_SUPPORTED,
                    "Commit the lease_acquire first; lease_assert, lease_renew and lease_release "
@@ -59,7 +58,7 @@ void at_xact_end(XactEvent event, void *) {
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT) mine.drop_from(table, 0, give_back);
 }
 
-void at_subxact_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+void at_subxact_end(SubXactEvent event) {
     mine.at_subxact_end(table, event, give_back);
 }
 
@@ -71,11 +70,6 @@ void lease_grants_shmem_init() { pg::shared_hash_init(table); }
 
 bool lease_grant_begin(uint64 name_hash, int32 permits) {
     if (table.htab == nullptr) return true;
-    if (!callbacks_registered) {
-        RegisterXactCallback(at_xact_end, nullptr);
-        RegisterSubXactCallback(at_subxact_end, nullptr);
-        callbacks_registered = true;
-    }
     mine.reserve_one();
     GrantKey k = key_of(name_hash);
     bool ok = true;
@@ -108,5 +102,8 @@ void lease_grant_cancel(uint64 name_hash) {
         return;
     }
 }
+
+void lease_grants_at_xact_end(XactEvent event) { at_xact_end(event); }
+void lease_grants_at_subxact_end(SubXactEvent event) { at_subxact_end(event); }
 
 }  // namespace pgclaim::shmem

@@ -26,4 +26,10 @@ bool lease_grant_begin(uint64 name_hash, int32 permits);
 // This transaction's grant did not happen after all.
 void lease_grant_cancel(uint64 name_hash);
 
+// The end of a transaction (COMMIT and ABORT end its grants; PRE_PREPARE
+// raises 0A000 when it holds one) and of a subtransaction (an abort ends its
+// grants). Called by the module's transaction callbacks (src/module.cpp).
+void lease_grants_at_xact_end(XactEvent event);
+void lease_grants_at_subxact_end(SubXactEvent event);
+
 }  // namespace pgclaim::shmem

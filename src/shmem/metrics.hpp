@@ -49,7 +49,7 @@ int metrics_waiters(int32 queue_id);
 // Counts dropped because the table was full.
 int64 metrics_untracked();
 
-// shared.cpp calls these: size and initialisation (under AddinShmemInitLock).
+// services.cpp calls these: size and initialisation (under AddinShmemInitLock).
 Size metrics_shmem_size();
 void metrics_shmem_init();
 

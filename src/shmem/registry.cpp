@@ -3,7 +3,6 @@
 // friends ask for; see registry.hpp.
 #include "shmem/registry.hpp"
 
-#include "shmem/xact_end.hpp"
 
 extern "C" {
 #include "storage/latch.h"
@@ -134,7 +133,6 @@ TimestampTz take_duties_at(DbSlot *slot) {
 }
 
 void at_commit_poke(bool launcher, bool worker) {
-    xact_end_register();
     pending_launcher_poke |= launcher;
     pending_worker_poke |= worker;
 }

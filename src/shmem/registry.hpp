@@ -23,7 +23,8 @@ void poke_launcher();
 // At the commit of the current transaction: wake the launcher (it looks for
 // the extension again) and/or this database's worker (it re-checks).
 void at_commit_poke(bool launcher, bool worker);
-// For xact_end.cpp: the pokes asked for, at COMMIT (else dropped). No raise.
+// For the module's transaction callbacks (src/module.cpp): the pokes asked for,
+// at COMMIT (else dropped). No raise.
 void pokes_at_xact_end(bool commit);
 
 // Asks this database's worker for a round with duties (promotion of due

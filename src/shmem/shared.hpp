@@ -1,9 +1,10 @@
 // Shared memory of pg_claim (only when preloaded): waiter slots, the wake
 // stamps that close the race between "found nothing" and "went to sleep",
 // and the registry of databases served by the background workers; the
-// settings every layer reads. Defined in shared.cpp, which also sets up the
-// segment and the other shared-memory tables; the services on it have their
-// own files (wakeup, epochs, fencing, notify, registry, frontier, ...).
+// settings every layer reads. Defined in shared.cpp; the hooks that size and
+// start it and the other shared-memory tables are in services.cpp; the
+// services on it have their own files (wakeup, epochs, fencing, notify,
+// registry, frontier, ...).
 //
 // Everything but the atomics is protected by one LWLock (tranche
 // "pg_claim"). Nothing that can raise runs while it is held.
@@ -137,8 +138,10 @@ extern int guc_lease_purge_after_s;  // -1: off
 // True when the library was preloaded (shared memory and worker available).
 bool preloaded();
 
-// Chain the shared-memory request and startup hooks (from _PG_init, only
-// when preloaded).
-void install_shmem_hooks();
+// The segment: its space and its LWLock tranche (from the shared-memory
+// request hook), and its initialisation (from the startup hook, under
+// AddinShmemInitLock). Both in services.cpp's hooks.
+void shared_shmem_request();
+void shared_shmem_init();
 
 }  // namespace pgclaim::shmem

@@ -24,9 +24,9 @@ using TxnTable = pg::SharedHash;
 
 // What this backend's current transaction added to a TxnTable: plain
 // records (`Rec` has an `int level`, the nesting level that added it) in
-// TopMemoryContext. Header-only (a template); the owner of the table
-// registers the transaction callbacks and calls drop_from and
-// at_subxact_end from them, with `give_back(const Rec &)` undoing one
+// TopMemoryContext. Header-only (a template); the owner of the table calls
+// drop_from and at_subxact_end from its at_xact_end and at_subxact_end
+// (which the module's transaction callbacks call, src/module.cpp), with `give_back(const Rec &)` undoing one
 // record's part of the table (called under t.lock; must not raise).
 template <class Rec>
 class TxnRecords {

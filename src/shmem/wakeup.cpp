@@ -15,7 +15,6 @@
 #include "shmem/poll.hpp"
 #include "shmem/registry.hpp"
 #include "shmem/shared.hpp"
-#include "shmem/xact_end.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -183,7 +182,6 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
         poll_wait(timeout_ms);
         return false;
     }
-    xact_end_register();
     if (!exit_registered) {
         on_shmem_exit(on_exit_unregister, (Datum)0);
         exit_registered = true;
@@ -250,7 +248,6 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms) {
 namespace {
 void add_pending(WaitKind kind, int64 key, int64 count, bool exact, bool on_abort = false) {
     if (shared == nullptr || count <= 0) return;
-    xact_end_register();
     for (int i = 0; i < npending; ++i)
         if (pending[i].kind == (int)kind && pending[i].key == key &&
             pending[i].on_abort == on_abort) {
@@ -281,7 +278,6 @@ void notify_finished(int64 queue_id) {
 
 void finished_wait_begin() {
     if (shared == nullptr || finished_waiting) return;
-    xact_end_register();
     finished_waiting = true;
     pg_atomic_fetch_add_u32(&shared->finished_waiters, 1);  // full barrier
 }

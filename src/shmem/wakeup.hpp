@@ -76,9 +76,10 @@ void wake_all_waiters();
 // raises.
 bool queue_quiet_since(int32 queue_id, TimestampTz since);
 
-// For xact_end.cpp: the end of the transaction wakes the waiters it made
-// work ready for (COMMIT) and passes a baton on (COMMIT or ABORT, see
-// above); PREPARE drops what it would have woken. No raise.
+// For the module's transaction callbacks (src/module.cpp): the end of the
+// transaction wakes the waiters it made work ready for (COMMIT) and passes a
+// baton on (COMMIT or ABORT, see above); PREPARE drops what it would have
+// woken. No raise.
 void wakeup_at_xact_end(bool commit);
 void wakeup_at_prepare();
 

@@ -6,6 +6,7 @@
 
 #include "worker/coordination.hpp"
 
+#include "pg/item_locks.hpp"
 #include "pg/duties.hpp"
 #include "pg/lineage.hpp"
 #include "pg/schedule_fire.hpp"
@@ -53,7 +54,7 @@ Stmt s_notify = {
     "WHERE $2 OR q.queue_id = ANY ($1)",
     2, {INT4ARRAYOID, BOOLOID}, nullptr};
 
-// Leases (sql/install/20_leases.sql): holders that expired since the last
+// Leases (claim.lease_holders, sql/pg_claim--0.1.0.sql): holders that expired since the last
 // look free their slots; the next expiry bounds the sleep.
 Stmt s_lease_expired = {
     "SELECT name, count(*)::int8 FROM claim.lease_holders "

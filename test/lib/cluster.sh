@@ -1,7 +1,7 @@
 # test/lib/cluster.sh — sourced by the test scripts that start their own
-# server (test/soak.sh, test/sqlsmith.sh, test/valgrind.sh,
-# test/valgrind/ubsan.sh, test/memory_flat.sh, test/major_dump.sh,
-# test/exporter_test.sh, test/dashboard_test.sh, test/clients.sh).
+# server (test/hardening/soak.sh, test/hardening/sqlsmith.sh, test/valgrind/valgrind.sh,
+# test/valgrind/ubsan.sh, test/hardening/memory_flat.sh, test/major_dump.sh,
+# test/ops/exporter_test.sh, test/ops/dashboard_test.sh, test/clients.sh).
 #
 # Gives each script a throwaway cluster owned by the unprivileged OS user
 # (PGCLAIM_USER, default pgclaim) on a free port with a unix socket in its own

@@ -1,5 +1,5 @@
 # test/valgrind/classify.awk — sorts memcheck error blocks (between the
-# VG-ERROR-BEGIN and VG-ERROR-END markers that test/valgrind.sh asks for)
+# VG-ERROR-BEGIN and VG-ERROR-END markers that test/valgrind/valgrind.sh asks for)
 # into three files:
 #
 #   OURS   the error is pg_claim's: a pg_claim frame is among the top 4 frames
