@@ -95,6 +95,10 @@ void on_relcache_inval(Datum, Oid relid) {
     // REINDEX CONCURRENTLY flip indisready and indisvalid; their commits
     // invalidate the index itself as well as the table): its IndexInfo,
     // whose ii_ReadyForInserts was read from the old state, is built again.
+    // The table's invalidation alone (above) already clears this cache, so
+    // a stale "not ready" cannot outlive the flip; the index's own is the
+    // second guard. TAP 015 holds a concurrent build at each phase while a
+    // backend inserts, and amcheck finds every entry.
     for (int i = 0; i < icache.n; ++i)
         if (icache.index[i] == relid) {
             icache.stale = true;
