@@ -45,6 +45,7 @@
 extern "C" {
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
+#include "tcop/utility.h"
 }
 
 using namespace pgclaim;
@@ -421,6 +422,7 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
 PGCLAIM_FUNCTION(pgclaim_lease_acquire_shared) {
     pg::require_args(fcinfo, "name", "ttl", nullptr, "wait");
     pg::require_primary("claim.lease_acquire_shared");
+    PreventCommandIfReadOnly("claim.lease_acquire_shared()");
     NameArg n = name_arg(fcinfo, 0);
     Ask a = ask_args(fcinfo, true);
     return acquire(fcinfo, n, a);
