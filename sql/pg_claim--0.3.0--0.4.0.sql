@@ -805,10 +805,25 @@ BEGIN
     END LOOP;
     -- Its leases: released at once when it is closed; when it expired they
     -- stay held until its expiry + lock_delay (its claims ran out with it).
+    -- Each lease it still held is recorded in the watch: 'released' or
+    -- 'expired' (held on for lock_delay).
+    FOR l IN SELECT a.name, a.token, h.holder FROM claim.coord_attached a
+               JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
+                                         AND h.token OPERATOR(pg_catalog.=) a.token
+              WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
+              ORDER BY a.token
+    LOOP
+        IF NOT expired THEN
+            IF claim.lease_release(l.name, l.token) THEN
+                n := n OPERATOR(pg_catalog.+) 1;
+                PERFORM claim._coord_log('lease', l.name, 'released', l.token, l.holder);
+            END IF;
+        ELSIF NOT EXISTS (SELECT FROM claim.lease_released x
+                           WHERE x.name OPERATOR(pg_catalog.=) l.name AND x.token OPERATOR(pg_catalog.=) l.token) THEN
+            PERFORM claim._coord_log('lease', l.name, 'expired', l.token, l.holder);
+        END IF;
+    END LOOP;
     IF NOT expired THEN
-        SELECT n OPERATOR(pg_catalog.+) pg_catalog.count(*) FILTER (WHERE claim.lease_release(a.name, a.token))::integer
-          INTO n FROM claim.coord_attached a
-         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease';
         -- its live claims: given back without using up an attempt
         -- (one token may hold several items: a group_claim)
         SELECT n OPERATOR(pg_catalog.+) COALESCE(pg_catalog.sum(claim.release(a.token)), 0)::integer
@@ -1327,6 +1342,9 @@ BEGIN
     IF tok IS NULL THEN RETURN NULL; END IF;
     -- The session may have ended during a wait: checked again under its lock.
     PERFORM claim._coord_attach_lease(session, name, tok);
+    PERFORM claim._coord_log('lease', name,
+                             CASE mode WHEN 'shared' THEN 'acquired_shared' ELSE 'acquired' END,
+                             tok, COALESCE(holder, r.holder));
     RETURN tok;
 END
 $$;

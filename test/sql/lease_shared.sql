@@ -87,4 +87,26 @@ SELECT has_function_privilege('public', 'claim.lease_acquire_shared(text, interv
        has_function_privilege('claim_worker', 'claim.lease_acquire_shared(text, interval, text, interval)', 'EXECUTE') AS worker_may,
        has_function_privilege('claim_producer', 'claim.lease_acquire_shared(text, interval, text, interval)', 'EXECUTE') AS producer_may;
 
+-- ------------------------------------------------ session leases in the watch
+SELECT claim.revision() AS rev \gset
+SELECT claim.session_open('10 seconds', 'a') AS s \gset
+SELECT claim.session_lease(:s, 'cfg/x', mode => 'shared') AS tx \gset
+SELECT claim.session_lease(:s, 'cfg/y') AS ty \gset
+-- released early with lease_release: not recorded again at the close
+SELECT claim.lease_release('cfg/y', :ty) AS released_early;
+SELECT claim.session_close(:s) AS released;
+-- a session that expires: its lease is recorded as expired, held for lock_delay
+SELECT claim.session_open('0.2 seconds', 'b', '1 minute') AS s \gset
+SELECT claim.session_lease(:s, 'cfg/z') AS tz \gset
+SELECT claim.revision() AS rev2 \gset
+SELECT pg_sleep(0.3);
+-- the session is ended by the database's worker, or by this call (the
+-- watch below waits for the worker's commit when it is ending it now)
+SELECT claim._coord_maintain() IS NULL OR true AS maintained;
+SELECT event FROM claim.watch('cfg/z', :rev2, '5 seconds');
+SELECT kind, name, event, token = CASE name WHEN 'cfg/x' THEN :tx WHEN 'cfg/y' THEN :ty ELSE :tz END AS its_token,
+       holder
+  FROM claim.watch('cfg/', :rev) ORDER BY revision;
+SELECT claim.lease_acquire('cfg/z', '1 minute') IS NULL AS held_for_lock_delay;
+
 DROP EXTENSION pg_claim;
