@@ -8,6 +8,13 @@ CREATE EXTENSION pg_claim;
 \i :abs_srcdir/sql/include/try.sql
 \i :abs_srcdir/sql/include/tokens.sql
 
+-- ------------------------------------------------ the example of docs/leases.md, as written
+-- readers: any number at once
+SELECT claim.lease_acquire_shared('config', '30 seconds', 'reader-1') IS NOT NULL AS reading;
+SELECT claim.lease_acquire_shared('config', '30 seconds', 'reader-2') IS NOT NULL AS reading;
+-- a writer: NULL while a reader holds it (with wait, granted when the last one goes)
+SELECT claim.lease_acquire('config', '30 seconds', 'writer');
+
 -- ------------------------------------------------ shared holders coexist
 INSERT INTO t SELECT 'r1', claim.lease_acquire_shared('rw', '1 minute', 'r1');
 -- untyped positional parameters, as drivers send them
