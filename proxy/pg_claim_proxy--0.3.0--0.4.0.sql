@@ -118,3 +118,48 @@ END
 $$;
 CREATE VIEW claim.item_steps AS SELECT * FROM claim.partition_item_steps();
 REVOKE ALL ON claim.item_steps FROM PUBLIC;
+
+-- ===========================================================================
+-- Shared leases: claim.lease_acquire_shared, routed by name to the partition
+-- of the lease (as claim.lease_acquire, its exclusive mode); renew, release
+-- and assert already go to the holder's partition by token.
+-- ===========================================================================
+CREATE FUNCTION claim._part_lease_acquire_shared(part integer, name text, ttl interval,
+                                                 holder text, wait interval)
+RETURNS bigint LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON part;
+    SELECT * FROM claim.lease_acquire_shared(name, ttl, holder, wait);
+$$;
+CREATE FUNCTION claim._on_lease_acquire_shared(part integer, name text, ttl interval,
+                                               holder text, wait interval)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE m text;
+BEGIN
+    RETURN claim._part_lease_acquire_shared(part, name, ttl, holder, wait);
+EXCEPTION WHEN internal_error THEN
+    GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;
+    PERFORM claim.raise_unreachable('lease_acquire_shared', part, m);
+    RAISE;
+END
+$$;
+CREATE FUNCTION claim.lease_acquire_shared(name text, ttl interval, holder text DEFAULT NULL,
+                                           wait interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    part integer := claim.route_hash(name);
+    m text;
+BEGIN
+    RETURN claim._part_lease_acquire_shared(part, name, ttl, holder, wait);
+EXCEPTION WHEN internal_error THEN
+    GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;
+    PERFORM claim.raise_unreachable('lease_acquire_shared', part, m);
+    RAISE;
+END
+$$;

@@ -805,10 +805,25 @@ BEGIN
     END LOOP;
     -- Its leases: released at once when it is closed; when it expired they
     -- stay held until its expiry + lock_delay (its claims ran out with it).
+    -- Each lease it still held is recorded in the watch: 'released' or
+    -- 'expired' (held on for lock_delay).
+    FOR l IN SELECT a.name, a.token, h.holder FROM claim.coord_attached a
+               JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
+                                         AND h.token OPERATOR(pg_catalog.=) a.token
+              WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease'
+              ORDER BY a.token
+    LOOP
+        IF NOT expired THEN
+            IF claim.lease_release(l.name, l.token) THEN
+                n := n OPERATOR(pg_catalog.+) 1;
+                PERFORM claim._coord_log('lease', l.name, 'released', l.token, l.holder);
+            END IF;
+        ELSIF NOT EXISTS (SELECT FROM claim.lease_released x
+                           WHERE x.name OPERATOR(pg_catalog.=) l.name AND x.token OPERATOR(pg_catalog.=) l.token) THEN
+            PERFORM claim._coord_log('lease', l.name, 'expired', l.token, l.holder);
+        END IF;
+    END LOOP;
     IF NOT expired THEN
-        SELECT n OPERATOR(pg_catalog.+) pg_catalog.count(*) FILTER (WHERE claim.lease_release(a.name, a.token))::integer
-          INTO n FROM claim.coord_attached a
-         WHERE a.session_id OPERATOR(pg_catalog.=) r.session_id AND a.kind OPERATOR(pg_catalog.=) 'lease';
         -- its live claims: given back without using up an attempt
         -- (one token may hold several items: a group_claim)
         SELECT n OPERATOR(pg_catalog.+) COALESCE(pg_catalog.sum(claim.release(a.token)), 0)::integer
@@ -1294,7 +1309,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_attached TO claim_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_attached TO claim_admin;
 
 CREATE FUNCTION claim.session_lease(session bigint, name text, holder text DEFAULT NULL,
-                                    permits integer DEFAULT 1, wait interval DEFAULT '0')
+                                    permits integer DEFAULT 1, wait interval DEFAULT '0',
+                                    mode text DEFAULT 'exclusive')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -1304,18 +1320,36 @@ DECLARE
     tok bigint;
 BEGIN
     PERFORM claim._coord_primary('claim.session_lease');
+    IF mode IS NULL OR mode NOT IN ('exclusive', 'shared') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('mode must be ''exclusive'' or ''shared'', not %s', COALESCE(pg_catalog.quote_literal(mode), 'NULL'));
+    END IF;
+    IF mode OPERATOR(pg_catalog.=) 'shared' AND permits IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'a shared lease has 1 permit',
+            HINT = 'Leave permits out in shared mode.';
+    END IF;
     r := claim._coord_session(session, 'claim.session_lease', false);
-    tok := claim.lease_acquire(name,
-                               r.expires OPERATOR(pg_catalog.+) r.lock_delay OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
-                               COALESCE(holder, r.holder), permits, wait);
+    IF mode OPERATOR(pg_catalog.=) 'shared' THEN
+        tok := claim.lease_acquire_shared(name,
+                                          r.expires OPERATOR(pg_catalog.+) r.lock_delay OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                          COALESCE(holder, r.holder), wait);
+    ELSE
+        tok := claim.lease_acquire(name,
+                                   r.expires OPERATOR(pg_catalog.+) r.lock_delay OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp(),
+                                   COALESCE(holder, r.holder), permits, wait);
+    END IF;
     IF tok IS NULL THEN RETURN NULL; END IF;
     -- The session may have ended during a wait: checked again under its lock.
     PERFORM claim._coord_attach_lease(session, name, tok);
+    PERFORM claim._coord_log('lease', name,
+                             CASE mode WHEN 'shared' THEN 'acquired_shared' ELSE 'acquired' END,
+                             tok, COALESCE(holder, r.holder));
     RETURN tok;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval) TO claim_worker, claim_admin;
+REVOKE EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.session_lease(bigint, text, text, integer, interval, text) TO claim_worker, claim_admin;
 
 -- Claims attached to a session: claim.session_claim(session, queue, ...)
 -- claims like claim.claim_next, with the session's time left as the lease;
@@ -1395,3 +1429,23 @@ GRANT EXECUTE ON FUNCTION claim._coord_attach_claims(bigint, text, claim.item[])
   TO claim_worker, claim_admin;
 REVOKE EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.session_claim(bigint, text, integer, interval, text) TO claim_worker, claim_admin;
+
+-- ===========================================================================
+-- Shared and exclusive leases (docs/leases.md, "Shared and exclusive"):
+-- claim.lease_acquire_shared grants a lease of a name that many hold at once
+-- in shared mode, while claim.lease_acquire (1 permit) is its exclusive
+-- mode. Shared holders are rows of claim.lease_holders with permits 0 in
+-- slots 1 .. 1000; the exclusive holder has slot 0 (src/api/leases.cpp).
+-- claim.session_lease takes mode => 'shared' (above).
+-- ===========================================================================
+
+CREATE FUNCTION claim.lease_acquire_shared(name text,
+                                           ttl interval,
+                                           holder text DEFAULT NULL,
+                                           wait interval DEFAULT '0')
+RETURNS bigint
+LANGUAGE c VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pgclaim_lease_acquire_shared';
+REVOKE EXECUTE ON FUNCTION claim.lease_acquire_shared(text, interval, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION claim.lease_acquire_shared(text, interval, text, interval) TO claim_worker, claim_admin;

@@ -21,6 +21,12 @@
 //  * renew and release work on the holder's row by (N, token) without the
 //    slot lock: a concurrent grant of the slot replaces the token, and the
 //    update re-checks its condition on the latest row version;
+//  * shared holders (claim.lease_acquire_shared) take slots 1 .. 1000 with
+//    permits 0 and coexist; the exclusive holder takes slot 0 as a plain
+//    lease of 1 permit. A request of one mode is granted when no holder of
+//    the other mode is live; expired holders of the other mode are retired
+//    first (other_mode_allows). Shared and exclusive grants in flight are
+//    announced with different counts, so they never both succeed;
 //  * every check reads the latest committed state. The grant of a slot that
 //    has a row, the read of the holders and the release go through direct
 //    index probes and updates (pg/direct_leases.hpp); the rest through SPI.
@@ -28,16 +34,19 @@
 #include "api/tokens.hpp"
 #include "pg/item_locks.hpp"
 #include "pg/direct_leases.hpp"
+#include "core/error.hpp"
 #include "core/lease_rules.hpp"
 #include "core/rules.hpp"
 #include "shmem/lease_grants.hpp"
 #include "shmem/wakeup.hpp"
 
+#include <string>
 #include <string_view>
 
 extern "C" {
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
+#include "tcop/utility.h"
 }
 
 using namespace pgclaim;
@@ -163,64 +172,172 @@ int64_t ttl_arg(FunctionCallInfo fcinfo, int argno) {
 
 }  // namespace
 
-PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
-    pg::require_args(fcinfo, "name", "ttl", nullptr, "permits", "wait");
-    pg::require_primary("claim.lease_acquire");
-    NameArg n = name_arg(fcinfo, 0);
-    int64_t ttl_us = ttl_arg(fcinfo, 1);
-    int32 permits = PG_GETARG_INT32(3);
-    int64_t wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(4), "wait");
+namespace {
+
+// Shared holders (claim.lease_acquire_shared) of a lease: rows with permits
+// kSharedMark in slots 1 .. kMaxShared; the exclusive holder of the same
+// name has slot 0 and permits 1 (a plain claim.lease_acquire).
+constexpr int32 kSharedMark = 0;
+constexpr int32 kMaxShared = kMaxPermits;
+
+// Ends the expired holdings of the other mode that were never released, by
+// moving their expiry back to their grant: a renew of one that is in
+// flight (it checked the expiry before it passed) then waits for this
+// update and finds the holding expired; one that committed first is seen
+// by s_other_live. $2: the other mode is shared.
+Stmt s_retire = {
+    "UPDATE claim.lease_holders h SET expires_at = h.acquired_at "
+    "WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at <= $3"
+    "  AND h.expires_at > h.acquired_at AND NOT " RELEASED("h"),
+    3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
+
+Stmt s_other_live = {
+    "SELECT min(h.expires_at) FROM claim.lease_holders h "
+    "WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at > $3 AND NOT " RELEASED("h"),
+    3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
+
+struct Ask {
+    bool shared;
+    int32 permits;   // 1 when shared
+    int64_t ttl_us, wait_us;
+    Datum holder;
+    bool holder_null;
+};
+
+Ask ask_args(FunctionCallInfo fcinfo, bool shared) {
+    Ask a;
+    a.shared = shared;
+    a.ttl_us = ttl_arg(fcinfo, 1);
+    a.permits = shared ? 1 : PG_GETARG_INT32(3);
+    a.wait_us = pg::interval_us(PG_GETARG_INTERVAL_P(shared ? 3 : 4), "wait");
+    int32 permits = a.permits;
+    int64_t wait_us = a.wait_us;
     pg::call_core([&] {
         check_permits(permits);
         check_nonnegative_duration("wait", wait_us, kMaxLeaseWaitUs);
     });
-    bool holder_null = PG_ARGISNULL(2);
-    Datum holder = holder_null ? (Datum)0 : PG_GETARG_DATUM(2);
-    if (!holder_null && VARSIZE_ANY_EXHDR(DatumGetTextPP(holder)) > (size_t)kMaxHolderBytes) {
+    a.holder_null = PG_ARGISNULL(2);
+    a.holder = a.holder_null ? (Datum)0 : PG_GETARG_DATUM(2);
+    if (!a.holder_null && VARSIZE_ANY_EXHDR(DatumGetTextPP(a.holder)) > (size_t)kMaxHolderBytes) {
         pg::error({ERRCODE_INVALID_PARAMETER_VALUE}, "holder is too long: the maximum is %d bytes",
                   kMaxHolderBytes);
     }
+    return a;
+}
 
+// The holders of the other mode (shared ones for an exclusive request,
+// the exclusive one for a shared request): whether they let this request
+// be granted now. Live ones block until their next expiry (*next_expiry);
+// an expired one whose slot is locked (its lease_assert is running) makes
+// the lease busy; expired ones are retired (s_retire) before the grant.
+bool other_mode_allows(const NameArg &n, const Ask &a, const direct::LeaseHolderRow *read,
+                       int nrows, TimestampTz now, int64_t *next_expiry, bool *busy) {
+    bool blocked = false, to_retire = false;
+    for (int r = 0; r < nrows; ++r) {
+        const direct::LeaseHolderRow &h = read[r];
+        if ((h.permits == kSharedMark) == a.shared) continue;  // same mode
+        if (h.expires_at > now) {
+            if (a.shared && h.permits != 1) {
+                int32 p = h.permits;
+                pg::call_core([&] {
+                    throw Error(sqlstate::kLeaseMismatch,
+                                "lease \"" + std::string(n.shown) + "\" is held with " +
+                                    std::to_string(p) + " permits, not in shared mode",
+                                "A shared lease is a lease of 1 permit: use the name for a "
+                                "semaphore or for a shared and exclusive lease, not both.");
+                });
+            }
+            blocked = true;
+            if (h.expires_at < *next_expiry) *next_expiry = h.expires_at;
+            continue;
+        }
+        if (h.expires_at == DT_NOBEGIN || h.expires_at <= h.acquired_at) continue;  // done
+        // Expired, not released, not retired: its holder may be inside a
+        // lease_assert (it keeps the slot's lock until its transaction ends).
+        uint64 key = slot_key(n, h.slot);
+        if (!pg::lock_lease(key, false)) {
+            *busy = true;
+            blocked = true;
+            continue;
+        }
+        // An exclusive request keeps the lock (as it keeps its own slot's);
+        // shared requests give it back, so that they do not exclude each other.
+        if (a.shared) pg::unlock_lease(key);
+        to_retire = true;
+    }
+    if (blocked) return false;
+    if (!to_retire) return true;
+    Datum v[3] = {PointerGetDatum(n.t), BoolGetDatum(!a.shared), TimestampTzGetDatum(now)};
+    (void)pg::run(s_retire, v, nullptr);
+    pg::free_result();
+    (void)pg::run(s_other_live, v, nullptr);
+    bool isnull;
+    Datum m = pg::col(0, 1, &isnull);
+    int64_t live_until = isnull ? 0 : DatumGetTimestampTz(m);
+    pg::free_result();
+    if (isnull) return true;
+    if (live_until < *next_expiry) *next_expiry = live_until;
+    return false;
+}
+
+Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
+    int32 permits = a.permits;
+    // Slots this request plans over: 0 .. permits-1, or the shared ones
+    // (1 .. kMaxShared, planned as 0 .. kMaxShared-1).
+    int32 nslots = a.shared ? kMaxShared : permits;
+    int32 base = a.shared ? 1 : 0;
+    int32 mark = a.shared ? kSharedMark : permits;
     SPI_connect();
     api::before_tokens();
     direct::LeaseTables *lt = direct::lease_open(direct::LeaseMode::Acquire);
     int cap = permits + 8;
     direct::LeaseHolderRow *read = (direct::LeaseHolderRow *)palloc(sizeof(*read) * cap);
     HolderRow *rows = (HolderRow *)palloc(sizeof(HolderRow) * cap);
-    int32 *free_slots = (int32 *)palloc(sizeof(int32) * permits);
-    int64 *old_token = (int64 *)palloc(sizeof(int64) * permits);  // 0: no row
-    bool *expired = (bool *)palloc(sizeof(bool) * permits);       // not released
-    TimestampTz deadline = pg::clock_now() + wait_us;
+    int32 *free_slots = (int32 *)palloc(sizeof(int32) * nslots);
+    int64 *old_token = (int64 *)palloc(sizeof(int64) * nslots);  // 0: no row
+    bool *expired = (bool *)palloc(sizeof(bool) * nslots);       // not released
+    TimestampTz deadline = pg::clock_now() + a.wait_us;
     const char *shown = n.shown;
     int64 token = 0;
     bool granted = false;
+    bool held = false;  // an announcement kept while waiting (below)
 
     // Grants in flight are announced in shared memory before the holders are
-    // read: one with another permit count makes the name busy, and one
-    // that committed since is seen among the holders (PC002).
+    // read: one with another permit count (shared grants count 0) makes the
+    // name busy, and one that committed since is seen among the holders
+    // (PC002, or the other mode's holder).
     uint64 name_hash = slot_key(n, -1);
     while (!granted) {
         TimestampTz now = pg::clock_now();
-        bool announced = shmem::lease_grant_begin(name_hash, permits);
+        bool announced = held || shmem::lease_grant_begin(name_hash, mark);
+        held = false;
         int nrows = direct::lease_holders(lt, PointerGetDatum(n.t), &read, &cap);
         rows = (HolderRow *)repalloc(rows, sizeof(HolderRow) * cap);
-        for (int32 s = 0; s < permits; ++s) {
+        for (int32 s = 0; s < nslots; ++s) {
             old_token[s] = 0;
             expired[s] = false;
         }
+        // Rows planned over: this mode's (the exclusive request of a
+        // semaphore plans over every row, as it did before shared holders
+        // existed: a live shared holder is another permit count, PC002).
+        int nplan = 0;
+        bool modes = a.shared || permits == 1;
         for (int r = 0; r < nrows; ++r) {
-            rows[r].slot = read[r].slot;
-            rows[r].permits = read[r].permits;
-            rows[r].expires_at = read[r].expires_at;
-            if (rows[r].slot >= 0 && rows[r].slot < permits) {
-                old_token[rows[r].slot] = read[r].token;
-                expired[rows[r].slot] = rows[r].expires_at != DT_NOBEGIN;  // -infinity: released
+            int32 slot = read[r].slot - base;
+            if (a.shared ? slot < 0 : (modes && read[r].permits == kSharedMark)) continue;
+            rows[nplan].slot = slot;
+            rows[nplan].permits = a.shared ? nslots : read[r].permits;
+            rows[nplan].expires_at = read[r].expires_at;
+            ++nplan;
+            if (slot >= 0 && slot < nslots) {
+                old_token[slot] = read[r].token;
+                expired[slot] = read[r].expires_at != DT_NOBEGIN;  // -infinity: released
             }
         }
         int32 nfree = 0;
         int64 next_expiry = 0;
         pg::call_core([&] {
-            SlotPlan p = plan_slots(shown, permits, rows, (int)nrows, now, free_slots);
+            SlotPlan p = plan_slots(shown, nslots, rows, nplan, now, free_slots);
             nfree = p.nfree;
             next_expiry = p.next_expiry;
         });
@@ -229,9 +346,16 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
         if (!announced) {
             busy = true;
             nfree = 0;
+        } else if (modes && nfree > 0 &&
+                   !other_mode_allows(n, a, read, nrows, now, &next_expiry, &busy)) {
+            // Writer preference: an exclusive request that waits for shared
+            // holders keeps its announcement, so new shared requests wait
+            // behind it (docs/leases.md).
+            held = !a.shared && !busy;
+            nfree = 0;
         }
         for (int i = 0; i < nfree; ++i) {
-            int32 slot = free_slots[i];
+            int32 slot = free_slots[i] + base;
             uint64 key = slot_key(n, slot);
             if (!pg::lock_lease(key, false)) {  // a grant in flight, or lease_assert
                 busy = true;
@@ -243,16 +367,17 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             // that won the race with the expiry (the slot was free because
             // it expired, not because it was released); lease_take checks
             // both on the latest row version.
-            if (old_token[slot] != 0) {
-                granted = direct::lease_take(lt, PointerGetDatum(n.t), slot, old_token[slot],
-                                             expired[slot], now, now + ttl_us, holder,
-                                             holder_null, permits, &token);
+            if (old_token[slot - base] != 0) {
+                granted = direct::lease_take(lt, PointerGetDatum(n.t), slot,
+                                             old_token[slot - base], expired[slot - base], now,
+                                             now + a.ttl_us, a.holder, a.holder_null, mark,
+                                             &token);
                 if (granted) break;  // the lock stays until the transaction ends
             } else {
                 Datum gv[6] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
-                               holder,                   Int32GetDatum(permits),
-                               TimestampTzGetDatum(now), TimestampTzGetDatum(now + ttl_us)};
-                char gn[7] = {' ', ' ', holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
+                               a.holder,                 Int32GetDatum(mark),
+                               TimestampTzGetDatum(now), TimestampTzGetDatum(now + a.ttl_us)};
+                char gn[7] = {' ', ' ', a.holder_null ? 'n' : ' ', ' ', ' ', ' ', '\0'};
                 if (pg::run(s_insert, gv, gn) > 0) {
                     token = pg::col_int64(0, 1);
                     granted = true;
@@ -264,9 +389,10 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
             busy = true;
         }
         if (granted) break;
-        if (announced) shmem::lease_grant_cancel(name_hash);
 
         now = pg::clock_now();
+        if (now >= deadline) held = false;
+        if (announced && !held) shmem::lease_grant_cancel(name_hash);
         if (now >= deadline) break;
         int64_t us = 0;
         pg::call_core([&] { us = next_wait_us(now, deadline, next_expiry, busy, kBusyPollUs); });
@@ -282,6 +408,25 @@ PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
     SPI_finish();
     if (!granted) PG_RETURN_NULL();
     PG_RETURN_INT64(token);
+}
+
+}  // namespace
+
+PGCLAIM_FUNCTION(pgclaim_lease_acquire) {
+    pg::require_args(fcinfo, "name", "ttl", nullptr, "permits", "wait");
+    pg::require_primary("claim.lease_acquire");
+    NameArg n = name_arg(fcinfo, 0);
+    Ask a = ask_args(fcinfo, false);
+    return acquire(fcinfo, n, a);
+}
+
+PGCLAIM_FUNCTION(pgclaim_lease_acquire_shared) {
+    pg::require_args(fcinfo, "name", "ttl", nullptr, "wait");
+    pg::require_primary("claim.lease_acquire_shared");
+    PreventCommandIfReadOnly("claim.lease_acquire_shared()");
+    NameArg n = name_arg(fcinfo, 0);
+    Ask a = ask_args(fcinfo, true);
+    return acquire(fcinfo, n, a);
 }
 
 PGCLAIM_FUNCTION(pgclaim_lease_renew) {

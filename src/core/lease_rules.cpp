@@ -39,9 +39,13 @@ SlotPlan plan_slots(std::string_view name, int32_t permits, const HolderRow *row
         if (r.expires_at <= now) continue;  // expired: its slot is free
         if (r.permits != permits || r.slot < 0 || r.slot >= permits)
             throw Error(sqlstate::kLeaseMismatch,
-                        "lease \"" + std::string(name) + "\" is held with " +
-                            std::to_string(r.permits) + " permit" + (r.permits == 1 ? "" : "s") +
-                            ", not " + std::to_string(permits),
+                        "lease \"" + std::string(name) + "\" is held " +
+                            (r.permits == 0 ? std::string("in shared mode")
+                                            : "with " + std::to_string(r.permits) + " permit" +
+                                                  (r.permits == 1 ? "" : "s")) +
+                            ", not " + std::to_string(permits) +
+                            (r.permits == 0 ? std::string(" permit") + (permits == 1 ? "" : "s")
+                                            : std::string()),
                         "Every caller of a named lease must pass the same permits while it has "
                         "live holders.");
         ++plan.live;

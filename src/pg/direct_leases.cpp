@@ -288,6 +288,7 @@ int lease_holders(LeaseTables *t, Datum name, LeaseHolderRow **out, int *cap) {
         r.permits = get_int32(t->h_slot, lc.h_permits);
         r.expires_at = get_ts(t->h_slot, lc.h_expires);
         r.token = get_int64(t->h_slot, lc.h_token);
+        r.acquired_at = get_ts(t->h_slot, lc.h_acquired);
     }
     index_endscan(scan);
     ExecClearTuple(t->h_slot);

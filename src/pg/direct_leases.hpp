@@ -26,6 +26,7 @@ struct LeaseHolderRow {
     int32 permits;
     TimestampTz expires_at;  // DT_NOBEGIN (-infinity) when it was released
     int64 token;
+    TimestampTz acquired_at;
 };
 
 // The holder rows of the lease `name` (a text datum) in slot order; a

@@ -14,6 +14,15 @@ Clients (one connection each, every one of them reconnects after losing it):
               one stalls past its TTL before writing.
   once        callers of claim.once racing on the same keys; the caller that
               gets true writes soak_once_effects in the same transaction.
+  rw holders  holders of one lease in shared (claim.lease_acquire_shared) or
+              exclusive mode: in one transaction lease_assert, a counter's
+              UPDATE (its value is the commit order) and a row in soak_rw with
+              the token and the mode. Now and then one stalls past its TTL.
+  electors    candidates of one election (claim.elect with a ttl), each new
+              epoch recorded in soak_epochs with the time, in the same
+              statement; a leader renews a few times, then resigns or lapses.
+  watcher     follows claim.watch('soak/') from a revision, resuming after the
+              last one it saw (also across lost connections and restarts).
   durable     a producer of three-step durable runs (soak_runs) and workers
               that run them with claim.step / step_done, each step's effect in
               soak_step_effects in the step's transaction; some runs sleep
@@ -25,7 +34,12 @@ Clients (one connection each, every one of them reconnects after losing it):
 
 After the run, producers stop, workers drain the queues, and the checker counts
 (each must be 0): lost, duplicated, unexpected, out of order, fencing
-violations, once violations. It prints the faults injected and the stale
+violations, once violations, shared/exclusive violations (a write committed
+under a token below an earlier exclusive write's, or an exclusive write below
+any earlier write's: two exclusive holders, or a shared and an exclusive
+holder, at once), epochs out of order (a later leader with a lower epoch),
+watch gaps (a change under the prefix committed within the watched range and
+never delivered, or delivered twice or out of order). It prints the faults injected and the stale
 holders refused (PC001), which must not be 0 either: a soak in which no fault
 hit proves nothing.
 
@@ -302,6 +316,88 @@ class LeaseHolder(Client):
             conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
 
 
+# --- shared and exclusive holders of one lease -------------------------------
+
+class RWHolder(Client):
+    kind = "lease"
+
+    def step(self, conn):
+        name = "rw:c"
+        shared = self.rng.random() < 0.7
+        fn = "lease_acquire_shared" if shared else "lease_acquire"
+        token = conn.execute(
+            f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
+            (name, f"{FENCE_TTL} seconds", self.name)).fetchone()[0]
+        if token is None:
+            count("rw busy")
+            return
+        count("rw granted " + ("shared" if shared else "exclusive"))
+        if shared and conn.execute("SELECT count(*) FROM claim.leases WHERE name = %s",
+                                   (name,)).fetchone()[0] > 1:
+            count("rw shared together")
+        for _ in range(self.rng.randrange(1, 4)):
+            stalled = self.rng.random() < STALL_P * 2
+            if stalled:
+                count("stalls")
+                time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert must refuse
+            with conn.transaction():
+                conn.execute("SELECT claim.lease_assert(%s, %s::bigint)", (name, token))
+                value = conn.execute("UPDATE soak_counter SET value = value + 1 WHERE name = %s"
+                                     " RETURNING value", (name,)).fetchone()[0]
+                conn.execute("INSERT INTO soak_rw (value, token, shared, holder) VALUES (%s, %s, %s, %s)",
+                             (value, token, shared, self.name))
+            count("rw writes")
+            if stalled:
+                count("stale committed")
+            time.sleep(self.rng.uniform(0, 0.05))
+        if self.rng.random() < 0.8:
+            conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
+
+
+# --- leader election and the watch ---------------------------------------------
+
+class Elector(Client):
+    kind = "leader"
+    stopper = stop_load
+
+    def step(self, conn):
+        row = conn.execute(
+            "WITH e AS (SELECT claim.elect('soak/leader', '1 second', NULL, %s, '0.5 seconds') AS epoch)"
+            " INSERT INTO soak_epochs (epoch, holder, at) SELECT epoch, %s, clock_timestamp() FROM e"
+            " WHERE epoch IS NOT NULL RETURNING epoch", (self.name, self.name)).fetchone()
+        if row is None:
+            count("elect refused")
+            return
+        epoch = row[0]
+        count("elected")
+        for _ in range(self.rng.randrange(0, 3)):   # renew: the same epoch
+            time.sleep(self.rng.uniform(0.1, 0.4))
+            conn.execute("SELECT claim.elect('soak/leader', '1 second', NULL, %s)", (self.name,))
+        if self.rng.random() < 0.6:
+            conn.execute("SELECT claim.resign('soak/leader', %s)", (epoch,))
+        else:
+            time.sleep(1.1)   # the ttl lapses; the worker records the expiry
+
+
+class Watcher(Client):
+    kind = "watch"
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.first = None      # the revision it started after
+        self.after = None      # the last revision it saw
+        self.seen = []
+
+    def step(self, conn):
+        if self.first is None:
+            self.first = self.after = conn.execute("SELECT claim.revision()").fetchone()[0]
+        for (rev,) in conn.execute("SELECT revision FROM claim.watch('soak/', %s, '1 second')",
+                                   (self.after,)).fetchall():
+            self.seen.append(rev)
+            self.after = rev
+        count("watch calls")
+
+
 # --- once guards ---------------------------------------------------------------
 
 class GiveUp(Exception):
@@ -482,10 +578,13 @@ def main():
                Worker("soak-work-group-2", "group_claim", ["soak_trig", "soak_q"])]
     holders = [LeaseHolder(f"soak-lease-{i}") for i in range(1, 4)]
     oncers = [OnceCaller(f"soak-once-{i}") for i in range(1, 4)]
+    holders += [RWHolder(f"soak-rw-{i}") for i in range(1, 4)]
+    electors = [Elector(f"soak-elect-{i}") for i in range(1, 3)]
+    watcher = Watcher("soak-watch")
     producers.append(DurableProducer("soak-prod-durable"))
     workers += [DurableWorker(f"soak-durable-{i}") for i in range(1, 3)]
     chaos = Chaos("soak-chaos")
-    everyone = producers + workers + holders + oncers + [chaos]
+    everyone = producers + workers + holders + oncers + electors + [watcher, chaos]
     t0 = time.monotonic()
     for t in everyone:
         t.start()
@@ -499,7 +598,7 @@ def main():
                                               if k.startswith(("enqueued", "completed", "fault", "stale"))))
     log("load and faults stop; draining")
     stop_load.set()
-    for t in producers + oncers + [chaos]:
+    for t in producers + oncers + electors + [chaos]:
         t.join(30)
     drained = False
     deadline = time.monotonic() + DRAIN_SECONDS
@@ -514,7 +613,7 @@ def main():
             break
         time.sleep(0.5)
     stop_all.set()
-    for t in workers + holders:
+    for t in workers + holders + [watcher]:
         t.join(30)
     log(f"drained: {drained} after {time.monotonic() - t0 - SECONDS:.1f}s")
 
@@ -560,7 +659,7 @@ def main():
         " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM soak_fence) s"
         " WHERE token < before")[0][0]
     counter_gaps = sql(
-        "SELECT count(*) FROM soak_counter c WHERE c.value <>"
+        "SELECT count(*) FROM soak_counter c WHERE c.name LIKE 'fence:%%' AND c.value <>"
         " (SELECT count(*) FROM soak_fence f WHERE f.name = c.name)")[0][0]
     fenced = sql("SELECT count(*) FROM soak_fence")[0][0]
     once_dup = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_once_effects"
@@ -571,6 +670,31 @@ def main():
         "SELECT count(*) FROM (SELECT key FROM soak_once_effects EXCEPT"
         " SELECT key FROM claim.once_keys) d")[0][0]
     once_effects = sql("SELECT count(*) FROM soak_once_effects")[0][0]
+    # shared and exclusive: in commit order, no write under a token below an
+    # earlier exclusive write's, no exclusive write below any earlier write's
+    rw_violations = sql(
+        "SELECT count(*) FROM (SELECT shared, token,"
+        " max(token) FILTER (WHERE NOT shared) OVER w AS excl_before, max(token) OVER w AS any_before"
+        " FROM soak_rw WINDOW w AS (ORDER BY value ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) s"
+        " WHERE token < excl_before OR (NOT shared AND token < any_before)")[0][0]
+    rw_counter_gaps = sql("SELECT (SELECT value FROM soak_counter WHERE name = 'rw:c')"
+                          " - (SELECT count(*) FROM soak_rw)")[0][0]
+    rw_writes = sql("SELECT count(*) FILTER (WHERE shared), count(*) FILTER (WHERE NOT shared)"
+                    " FROM soak_rw")[0]
+    # epochs: a leader elected later never has a lower epoch
+    epochs_out_of_order = sql(
+        "SELECT count(*) FROM (SELECT at, lag(at) OVER (ORDER BY epoch) AS prev_at FROM"
+        " (SELECT epoch, min(at) AS at FROM soak_epochs GROUP BY epoch) e) s WHERE prev_at > at")[0][0]
+    epochs = sql("SELECT count(DISTINCT epoch) FROM soak_epochs")[0][0]
+    # the watch: every change under the prefix committed in the watched range
+    # was delivered, once, in order
+    watch_gaps = 0
+    if watcher.first is not None:
+        logged = [r[0] for r in sql(
+            "SELECT revision FROM claim.coord_changes WHERE name LIKE 'soak/%%'"
+            " AND revision > %s AND revision <= %s ORDER BY revision", (watcher.first, watcher.after))]
+        watch_gaps = len(set(logged) - set(watcher.seen)) + len(set(watcher.seen) - set(logged))
+        watch_gaps += sum(1 for a, b in zip(watcher.seen, watcher.seen[1:]) if b <= a)
     # durable runs: no step ran twice, no run lost, no run completed without its steps
     steps_twice = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_step_effects"
                       " GROUP BY item_id, step HAVING count(*) > 1) d")[0][0]
@@ -586,6 +710,9 @@ def main():
           f" trigger {by_kind.get('trigger', 0)} from {trig_rows} rows); effects: {effects}"
           f" ({distinct_effects} distinct); left ready: {ready}; dead: {dead}")
     print(f"fenced writes: {fenced}; once effects: {once_effects}; durable runs completed: {runs_done}")
+    print(f"shared/exclusive writes: {rw_writes[0]} shared, {rw_writes[1]} exclusive"
+          f" (shared grants while another shared holder held: {stats.get('rw shared together', 0)});"
+          f" epochs: {epochs}; watch: {len(watcher.seen)} changes delivered")
     with stats_lock:
         s = dict(stats)
     stale_claims = s.get("stale refused: worker", 0) + s.get("stale refused: durable", 0)
@@ -605,6 +732,9 @@ def main():
     # a holder that stalled past its lease or TTL and still committed
     check("fencing violations", fencing + counter_gaps + s.get("stale committed", 0))
     check("once violations", once_dup + once_unmatched)
+    check("shared/exclusive violations", rw_violations + rw_counter_gaps)
+    check("epochs out of order", epochs_out_of_order)
+    check("watch gaps", watch_gaps)
     check("durable steps run twice", steps_twice)
     check("durable runs lost", runs_lost)
     check("durable runs completed twice or without their steps", runs_twice + runs_short)
@@ -614,6 +744,10 @@ def main():
     check("items enqueued", enqueued, must_be_zero=False)
     check("fenced writes", fenced, must_be_zero=False)
     check("durable runs completed", runs_done, must_be_zero=False)
+    check("shared writes", rw_writes[0], must_be_zero=False)
+    check("exclusive writes", rw_writes[1], must_be_zero=False)
+    check("epochs", epochs, must_be_zero=False)
+    check("watch changes delivered", len(watcher.seen), must_be_zero=False)
     check("stale holders refused", stale_claims + stale_leases, must_be_zero=False)
     check("backends terminated", faults.get("backend terminated", 0), must_be_zero=False)
     check("statements cancelled", faults.get("statement cancelled", 0), must_be_zero=False)

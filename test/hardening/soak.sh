@@ -20,6 +20,12 @@
 #                       earlier committed write's token for the same lease
 #   once violations     a once key whose effect committed twice, or a taken key
 #                       without its effect
+#   shared/exclusive    a write under the lease rw:c committed under a token
+#     violations        below an earlier exclusive write's, or an exclusive one
+#                       below any earlier write's
+#   epochs out of order a leader of soak/leader elected later with a lower epoch
+#   watch gaps          a change under soak/ committed and never delivered to
+#                       the resuming watcher, or delivered twice or out of order
 #   dead items          items that used up their attempts (max_attempts is huge)
 # and the faults bit (each must be above 0): stale holders refused with PC001,
 # backends terminated, statements cancelled, crash-restarts. The server log
@@ -66,7 +72,12 @@ CREATE TRIGGER soak_orders_enqueue AFTER INSERT ON soak_orders
     FOR EACH ROW EXECUTE FUNCTION claim.enqueue_trigger('soak_trig', 'grp');
 -- the fenced counter: value is the commit order of the writes (row lock)
 CREATE TABLE soak_counter (name text PRIMARY KEY, value bigint NOT NULL);
-INSERT INTO soak_counter VALUES ('fence:a', 0), ('fence:b', 0);
+INSERT INTO soak_counter VALUES ('fence:a', 0), ('fence:b', 0), ('rw:c', 0);
+-- writes under the shared or exclusive lease rw:c, value in commit order
+CREATE TABLE soak_rw (value bigint PRIMARY KEY, token bigint NOT NULL, shared boolean NOT NULL,
+                      holder text);
+-- every epoch of the election soak/leader, when it was first seen
+CREATE TABLE soak_epochs (epoch bigint NOT NULL, holder text, at timestamptz NOT NULL);
 CREATE TABLE soak_fence (name text NOT NULL, value bigint NOT NULL, token bigint NOT NULL,
                          holder text, PRIMARY KEY (name, value));
 CREATE TABLE soak_once_effects (id bigserial PRIMARY KEY, key text NOT NULL, who text);

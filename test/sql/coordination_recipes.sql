@@ -11,6 +11,22 @@ SELECT holder, epoch = :epoch AS current FROM claim.leader('cron/runner');
 -- on shutdown (leadership ends at once, the next runner is elected):
 SELECT claim.session_close(:s) AS released;
 
+-- A read-mostly config lock
+SELECT claim.session_open('15 seconds', 'reader-1') AS r1 \gset
+SELECT claim.session_open('15 seconds', 'reader-2') AS r2 \gset
+SELECT claim.session_lease(:r1, 'config/app', mode => 'shared') IS NOT NULL AS reading;
+SELECT claim.session_lease(:r2, 'config/app', mode => 'shared') IS NOT NULL AS reading;
+-- the writer: NULL while readers hold it
+SELECT claim.lease_acquire('config/app', '30 seconds', 'writer') IS NULL AS readers_in_the_way;
+-- the readers finish
+SELECT claim.session_close(:r1), claim.session_close(:r2);
+SELECT claim.lease_acquire('config/app', '30 seconds', 'writer', wait => '5 seconds') AS w \gset
+BEGIN;
+SELECT claim.lease_assert('config/app', :w);
+-- UPDATE app_config SET ... ;
+COMMIT;
+SELECT claim.lease_release('config/app', :w) AS released;
+
 -- A rolling deploy gate
 SELECT claim.latch('deploy/v42', 3);
 -- on each of the three hosts, in its own transaction:

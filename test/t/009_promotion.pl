@@ -147,6 +147,7 @@ my %writes = (
 	'cancel_many'   => "SELECT claim.cancel_many('s', ARRAY[$s_ids]::bigint[])",
 	'redrive'       => q{SELECT claim.redrive('s')},
 	'lease_acquire' => q{SELECT claim.lease_acquire('L2', '1 minute')},
+	'lease_acquire_shared' => q{SELECT claim.lease_acquire_shared('L4', '1 minute')},
 	'lease_renew'   => "SELECT claim.lease_renew('L', $lease_token, '1 minute')",
 	'lease_release' => "SELECT claim.lease_release('L', $lease_token)",
 	'lease_assert'  => "SELECT claim.lease_assert('L', $lease_token)",

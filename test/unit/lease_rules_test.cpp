@@ -102,6 +102,20 @@ TEST(PlanSlots, MismatchedPermitsOfALiveHolderIsPC002) {
     }
 }
 
+TEST(PlanSlots, ALiveSharedHolderMeetsASemaphoreWithPC002) {
+    HolderRow rows[] = {{1, 0, kNow + 1}};  // permits 0: a shared holder
+    int32_t free[2];
+    try {
+        plan_slots("s", 2, rows, 1, kNow, free);
+        ADD_FAILURE() << "no error";
+    } catch (const Error &e) {
+        EXPECT_STREQ(e.code(), "PC002");
+        EXPECT_NE(std::string(e.what()).find("held in shared mode, not 2 permits"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(PlanSlots, ExpiredHoldersOfAnotherCountDoNotMatter) {
     HolderRow rows[] = {{0, 5, kNow - 1}, {4, 5, kNow - 1}};
     int32_t free[2];

@@ -6,7 +6,8 @@
 //    a keepalive is refused (PC001: everything it carried is released);
 //  * session.elect(name, { wait }) -> { epoch, resign() } or null;
 //  * session.lock(name, { wait }) -> { token, release() } or null: a lease
-//    attached to the session (claim.session_lease);
+//    attached to the session (claim.session_lease); session.sharedLock the
+//    same in shared mode;
 //  * session.barrier, latch, countDown, latchWait;
 //  * watch(pool, prefix, { after, wait, signal }): an async iterator over
 //    the changes under prefix that resumes after the last revision it
@@ -71,8 +72,17 @@ class Session extends EventEmitter {
 
   /** A lease held as long as the session: { name, token, release() } or null. */
   async lock(name, { wait = 0 } = {}) {
-    const token = num(await this._one('SELECT claim.session_lease($1, $2, NULL, 1, $3) AS v',
-      [this.id, name, secs(wait)]));
+    return this._lease(name, wait, 'exclusive');
+  }
+
+  /** The same in shared mode: many sessions hold it at once; lock() waits for all. */
+  async sharedLock(name, { wait = 0 } = {}) {
+    return this._lease(name, wait, 'shared');
+  }
+
+  async _lease(name, wait, mode) {
+    const token = num(await this._one('SELECT claim.session_lease($1, $2, NULL, 1, $3, $4) AS v',
+      [this.id, name, secs(wait), mode]));
     if (token === null) return null;
     return {
       name,

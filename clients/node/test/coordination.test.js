@@ -83,3 +83,24 @@ test('a lock held with the session', async () => {
     await pool.end();
   }
 });
+
+test('a shared lock held by many sessions', async () => {
+  const pool = makePool(2);
+  const name = uniqueName('node/shared');
+  try {
+    const a = await Session.open(pool, { ttl: 5 });
+    const b = await Session.open(pool, { ttl: 5 });
+    const la = await a.sharedLock(name);
+    const lb = await b.sharedLock(name);
+    assert.ok(la && lb && lb.token > la.token);
+    assert.equal(await a.lock(name), null); // the exclusive mode waits for both
+    assert.equal(await la.release(), true);
+    assert.equal(await lb.release(), true);
+    const x = await a.lock(name);
+    assert.ok(x && x.token > lb.token);
+    await a.close();
+    await b.close();
+  } finally {
+    await pool.end();
+  }
+});

@@ -5,8 +5,9 @@
   exit; ``lost`` is set (and ``on_lost`` called) when a keepalive is refused.
 - :meth:`Session.elect` / :class:`Leadership`: leader election carried by the
   session, with its epoch (a fencing token) and ``resign()``.
-- :meth:`Session.lock`: a context manager over a lease attached to the
-  session (``claim.session_lease``), yielding its fencing token.
+- :meth:`Session.lock` / :meth:`Session.shared_lock`: context managers over
+  a lease attached to the session (``claim.session_lease``, exclusive or
+  shared mode), yielding its fencing token.
 - :meth:`Session.barrier`, :meth:`Session.latch`, :meth:`Session.count_down`,
   :meth:`Session.latch_wait`.
 - :func:`watch`: an iterator over the changes under a prefix that resumes
@@ -132,8 +133,21 @@ class Session:
     def lock(self, name: str, wait: float = 0.0) -> Iterator[Optional[int]]:
         """Hold lease ``name`` as long as the session (or until the block ends):
         yields its fencing token, or None when it was not granted in ``wait``."""
-        token = self._one("SELECT claim.session_lease(%s, %s, NULL, 1, %s)",
-                          (self.id, name, _secs(wait)))
+        with self._lease(name, wait, "exclusive") as token:
+            yield token
+
+    @contextmanager
+    def shared_lock(self, name: str, wait: float = 0.0) -> Iterator[Optional[int]]:
+        """Hold lease ``name`` in shared mode (with other shared holders; an
+        exclusive :meth:`lock` waits for all of them): yields its fencing
+        token, or None when it was not granted in ``wait``."""
+        with self._lease(name, wait, "shared") as token:
+            yield token
+
+    @contextmanager
+    def _lease(self, name: str, wait: float, mode: str) -> Iterator[Optional[int]]:
+        token = self._one("SELECT claim.session_lease(%s, %s, NULL, 1, %s, %s)",
+                          (self.id, name, _secs(wait), mode))
         try:
             yield token
         finally:

@@ -89,3 +89,17 @@ def test_lock_is_held_with_the_session(dsn: str, conn) -> None:
         # released when the block ends
         t2 = conn.execute("SELECT claim.lease_acquire(%s, '10 s')", (name,)).fetchone()[0]
         assert t2 is not None and t2 > token
+
+
+def test_shared_lock_is_held_by_many(dsn: str, conn) -> None:
+    name = _name("shared")
+    with Session(dsn, ttl=5, holder="py-a") as a, Session(dsn, ttl=5, holder="py-b") as b:
+        with a.shared_lock(name) as ta, b.shared_lock(name) as tb:
+            assert ta is not None and tb is not None and tb > ta
+            # the exclusive mode waits for both
+            with a.lock(name) as tx:
+                assert tx is None
+            conn.execute("SELECT claim.lease_assert(%s, %s)", (name, tb))
+        # both released when the blocks end
+        with a.lock(name) as tx:
+            assert tx is not None and tx > tb
