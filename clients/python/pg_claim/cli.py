@@ -195,6 +195,54 @@ def cmd_dead(args: argparse.Namespace, client: Client) -> int:
     return 0
 
 
+COORD_SESSIONS_SQL = (
+    "SELECT session, holder, started, expires, coalesce(leads, '{}'), coalesce(leases, '{}'), "
+    "claims FROM claim.sessions ORDER BY session")
+COORD_LEADERS_SQL = (
+    "SELECT l.name, r.holder, r.epoch, r.since, r.until FROM claim.coord_leaders l, "
+    "LATERAL claim.leader(l.name) r WHERE l.ended IS NULL AND r.epoch IS NOT NULL "
+    "ORDER BY l.name")
+# Backends waiting inside claim.watch (what pg_stat_activity shows the
+# caller: every backend of its own role, all with pg_read_all_stats).
+COORD_WATCHERS_SQL = (
+    "SELECT pid, usename, application_name, query_start FROM pg_catalog.pg_stat_activity "
+    "WHERE state = 'active' AND wait_event_type = 'Extension' AND pid <> pg_backend_pid() "
+    "AND query ~* 'claim\\.watch\\s*\\(' ORDER BY pid")
+
+
+def _when(v: Any) -> str:
+    return v.strftime("%Y-%m-%d %H:%M:%S") if v is not None else ""
+
+
+def cmd_coord(args: argparse.Namespace, client: Client) -> int:
+    sessions = client._exec(COORD_SESSIONS_SQL).fetchall()
+    leaders = client._exec(COORD_LEADERS_SQL).fetchall()
+    watchers = client._exec(COORD_WATCHERS_SQL).fetchall()
+    if args.json:
+        print(json.dumps({
+            "sessions": [{"session": r[0], "holder": r[1], "started": _jsonable(r[2]),
+                          "expires": _jsonable(r[3]), "leads": list(r[4]),
+                          "leases": list(r[5]), "claims": r[6]} for r in sessions],
+            "leaders": [{"name": r[0], "holder": r[1], "epoch": r[2], "since": _jsonable(r[3]),
+                         "until": _jsonable(r[4])} for r in leaders],
+            "watchers": [{"pid": r[0], "user": r[1], "application": r[2],
+                          "since": _jsonable(r[3])} for r in watchers]}))
+        return 0
+    print("sessions")
+    print(_table(("session", "holder", "started", "expires", "leads", "leases", "claims"),
+                 [[r[0], r[1] or "", _when(r[2]), _when(r[3]), ",".join(r[4]),
+                   ",".join(r[5]), r[6]] for r in sessions]))
+    print()
+    print("leaders")
+    print(_table(("name", "holder", "epoch", "since", "until"),
+                 [[r[0], r[1] or "", r[2], _when(r[3]), _when(r[4])] for r in leaders]))
+    print()
+    print("watchers")
+    print(_table(("pid", "user", "application", "waiting since"),
+                 [[r[0], r[1] or "", r[2] or "", _when(r[3])] for r in watchers]))
+    return 0
+
+
 def cmd_redrive(args: argparse.Namespace, client: Client) -> int:
     print(client.redrive(args.queue, args.ids or None))
     return 0
@@ -416,6 +464,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("queue")
     c.add_argument("ids", nargs="+", type=_item_id, metavar="ID")
     c.set_defaults(func=cmd_cancel)
+
+    co = sub.add_parser("coord", help="sessions, leaders and watchers", formatter_class=fmt,
+                        description="The coordination service now: live sessions (claim.sessions) "
+                                    "with what they lead and carry, the leader of every "
+                                    "election (claim.leader), and the backends waiting in "
+                                    "claim.watch (those pg_stat_activity shows you).",
+                        epilog=EXIT_HELP)
+    co.add_argument("--json", action="store_true", help="one JSON object")
+    co.set_defaults(func=cmd_coord)
 
     for name, what, fn in (("pause", "stop deliveries from a queue", cmd_pause),
                            ("resume", "resume deliveries from a paused queue", cmd_resume)):

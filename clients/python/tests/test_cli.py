@@ -18,7 +18,7 @@ import pytest
 from conftest import HERE, connect, scalar
 
 ROOT = os.path.dirname(HERE)
-COMMANDS = ("stats", "enqueue", "dead", "redrive", "cancel", "pause", "resume", "work")
+COMMANDS = ("stats", "enqueue", "dead", "redrive", "cancel", "pause", "resume", "work", "coord")
 
 
 def cli(dsn: Optional[str], *args: str, stdin: Optional[str] = None, timeout: float = 60,
@@ -222,3 +222,35 @@ def test_work_stops_on_sigterm(dsn: str, conn: "psycopg.Connection[Any]", queue:
     assert proc.returncode == 0, err
     # The running command finished within the grace period: completed.
     assert scalar(conn, "SELECT count(*) FROM claim.items WHERE id = %s", (item,)) == 0
+
+
+def test_coord_shows_sessions_leaders_and_watchers(dsn: str, conn: "psycopg.Connection[Any]") -> None:
+    name = "cli_" + uuid.uuid4().hex[:8]
+    session = scalar(conn, "SELECT claim.session_open('30 s', %s)", (name + "-holder",))
+    epoch = scalar(conn, "SELECT claim.elect(%s, session => %s, holder => %s)",
+                   (name, session, name + "-holder"))
+    watcher = psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=name)
+    try:
+        # a backend waiting in claim.watch, sent without waiting for it
+        watcher.pgconn.send_query(
+            f"SELECT * FROM claim.watch('{name}-none', claim.revision(), wait => '8 s')".encode())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            r = cli(dsn, "coord", "--json")
+            assert r.returncode == 0, r.stderr
+            shown = json.loads(r.stdout)
+            if any(w["application"] == name for w in shown["watchers"]):
+                break
+            time.sleep(0.1)
+        assert any(w["application"] == name for w in shown["watchers"]), shown
+        assert {"session": session, "holder": name + "-holder"}.items() <= next(
+            x for x in shown["sessions"] if x["session"] == session).items()
+        assert next(x for x in shown["sessions"] if x["session"] == session)["leads"] == [name]
+        leader = next(x for x in shown["leaders"] if x["name"] == name)
+        assert leader["epoch"] == epoch and leader["holder"] == name + "-holder"
+        r = cli(dsn, "coord")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("sessions") and name in r.stdout and "watchers" in r.stdout
+    finally:
+        watcher.close()   # the server ends the wait when its client is gone
+        conn.execute("SELECT claim.session_close(%s)", (session,))
