@@ -74,9 +74,7 @@ struct Retake {
     Key key;
     int32 level;
 };
-Retake *retakes = nullptr;  // in TopMemoryContext
-int nretakes = 0;
-int retakes_cap = 0;
+List *retakes = NIL;  // of Retake *, in TopMemoryContext
 
 Key make_key(LockSpace space, uint64 key) {
     Key k;
@@ -117,7 +115,8 @@ void forget_all() {
         held = nullptr;
     }
     nheld = 0;
-    nretakes = 0;
+    list_free_deep(retakes);
+    retakes = NIL;
 }
 
 // The anchor (see the top of this file). It belongs to the top transaction,
@@ -149,18 +148,23 @@ void take_anchor() {
     pg_atomic_write_u64(&anchors[p].current, g);
 }
 
-// Lets the anchor go now. Never raises.
-void drop_anchor() {
-    if (anchor == 0) return;
-    int p = MyProc->pgprocno;
-    pg_atomic_write_u64(&anchors[p].current, 0);
+// Lets generation `gen` of this backend's anchor go. Never raises.
+void release_anchor_lock(uint64 gen) {
     LOCKTAG tag;
-    anchor_tag(&tag, p, anchor);
-    anchor = 0;
+    anchor_tag(&tag, MyProc->pgprocno, gen);
     ResourceOwner save = CurrentResourceOwner;
     CurrentResourceOwner = TopTransactionResourceOwner;
     (void)LockRelease(&tag, ExclusiveLock, false);
     CurrentResourceOwner = save;
+}
+
+// Lets the anchor go now. Never raises.
+void drop_anchor() {
+    if (anchor == 0) return;
+    pg_atomic_write_u64(&anchors[MyProc->pgprocno].current, 0);
+    uint64 old = anchor;
+    anchor = 0;
+    release_anchor_lock(old);
 }
 
 // A waited-for key went before the end of the transaction: its waiters wake
@@ -171,13 +175,7 @@ void move_anchor() {
     uint64 old = anchor;
     anchor = 0;
     take_anchor();
-    int p = MyProc->pgprocno;
-    LOCKTAG tag;
-    anchor_tag(&tag, p, old);
-    ResourceOwner save = CurrentResourceOwner;
-    CurrentResourceOwner = TopTransactionResourceOwner;
-    (void)LockRelease(&tag, ExclusiveLock, false);
-    CurrentResourceOwner = save;
+    release_anchor_lock(old);
 }
 
 // The transaction ended: PostgreSQL lets the anchor go (or a prepared
@@ -195,21 +193,23 @@ void stop_counting_wait() {
 }
 
 void push_retake(const Key &k, int32 level) {
-    if (nretakes == retakes_cap) {
-        int cap = retakes_cap == 0 ? 16 : retakes_cap * 2;
-        retakes = retakes == nullptr
-                      ? (Retake *)MemoryContextAlloc(TopMemoryContext, sizeof(Retake) * cap)
-                      : (Retake *)repalloc(retakes, sizeof(Retake) * cap);
-        retakes_cap = cap;
-    }
-    retakes[nretakes++] = Retake{k, level};
+    MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+    Retake *r = (Retake *)palloc(sizeof(Retake));
+    r->key = k;
+    r->level = level;
+    retakes = lappend(retakes, r);
+    MemoryContextSwitchTo(old);
 }
 
 void forget_retakes(const Key &k) {
-    int j = 0;
-    for (int i = 0; i < nretakes; ++i)
-        if (memcmp(&retakes[i].key, &k, sizeof(Key)) != 0) retakes[j++] = retakes[i];
-    nretakes = j;
+    ListCell *lc;
+    foreach (lc, retakes) {
+        Retake *r = (Retake *)lfirst(lc);
+        if (memcmp(&r->key, &k, sizeof(Key)) == 0) {
+            retakes = foreach_delete_current(retakes, lc);
+            pfree(r);
+        }
+    }
 }
 
 // Calls f(h) for every lock this backend holds; f may remove h from `held`
@@ -309,26 +309,23 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
     int level = GetCurrentTransactionNestLevel();
     bool waited = false;
     // Holds taken again at this level: handed to the parent, or given back.
-    int j = 0;
-    for (int i = 0; i < nretakes; ++i) {
-        Retake r = retakes[i];
-        if (r.level < level) {
-            retakes[j++] = r;
-            continue;
-        }
+    ListCell *lc;
+    foreach (lc, retakes) {
+        Retake *r = (Retake *)lfirst(lc);
+        if (r->level < level) continue;
         if (event == SUBXACT_EVENT_COMMIT_SUB) {
-            r.level = level - 1;
-            retakes[j++] = r;
+            r->level = level - 1;
             continue;
         }
-        Held *h = (Held *)hash_search(held, &r.key, HASH_FIND, nullptr);
+        Held *h = (Held *)hash_search(held, &r->key, HASH_FIND, nullptr);
         if (h != nullptr && h->level < level && --h->count <= 0) {
             waited |= release_shared(h->key);
-            hash_search(held, &r.key, HASH_REMOVE, nullptr);
+            hash_search(held, &r->key, HASH_REMOVE, nullptr);
             --nheld;
         }
+        retakes = foreach_delete_current(retakes, lc);
+        pfree(r);
     }
-    nretakes = j;
     for_each_held([&](Held *h) {
         if (h->level < level) return;
         if (event == SUBXACT_EVENT_COMMIT_SUB) {
@@ -559,7 +556,7 @@ void xact_unlock(LockSpace space, uint64 key) {
     if (--h->count > 0) return;
     hash_search(held, &k, HASH_REMOVE, nullptr);
     --nheld;
-    if (nretakes > 0) forget_retakes(k);
+    if (retakes != NIL) forget_retakes(k);
     if (release_shared(k)) move_anchor();
 }
 
