@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# test/bench/coordination.sh — the coordination service (docs/coordination.md):
+# what a session saves, and how fast elections and the watch answer.
+#
+#   bash test/bench/coordination.sh   (as root or as an unprivileged user; the
+#                                      extension must be installed: make install)
+#
+# Starts its own throwaway cluster and prints, in one run:
+#   1. renewing a worker's 100 claims, SECS (10) seconds each, CLIENTS (2)
+#      workers: one claim.session_keepalive of a session that carries the 100
+#      claims (claim.session_claim) against 100 claim.extend calls (one per
+#      token, in one transaction): rounds per second, statements and WAL
+#      bytes per round;
+#   2. claim.elect + claim.leader round trips per second (CLIENTS clients,
+#      each its own election, SECS seconds);
+#   3. watch delivery latency (p50, p99 of WAKES (200)): a backend waiting in
+#      claim.watch(prefix, after, wait) is woken by another's claim.count_down;
+#      from the writer's COMMIT returning to the watcher's rows arriving.
+#
+# Environment: CLIENTS, SECS, WAKES, PGCLAIM_USER (pgclaim, used when run as
+# root), PORT (5581).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+CLIENTS=${CLIENTS:-2}
+SECS=${SECS:-10}
+WAKES=${WAKES:-200}
+PORT=${PORT:-5581}
+RUN_USER=${PGCLAIM_USER:-pgclaim}
+
+WORK="$(mktemp -d /tmp/pg_claim-coord.XXXXXX)"
+chmod 755 "$WORK"
+as_user() {
+    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
+}
+[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
+cleanup() {
+    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<CONF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pg_claim'
+max_locks_per_transaction = 256
+shared_buffers = 256MB
+CONF
+as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
+psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+psql_ <<SQL
+CREATE EXTENSION pg_claim;
+SELECT claim.create_queue('b_renew', lease => '1 hour');
+SELECT count(*) FROM claim.enqueue_many('b_renew',
+    (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 200 * $CLIENTS)));
+-- per worker: a session carrying 100 claims, and 100 claims of its own
+CREATE TABLE b_renew (worker int, session bigint, tokens bigint[]);
+SQL
+for w in $(seq 1 "$CLIENTS"); do
+    psql_ <<SQL
+INSERT INTO b_renew
+SELECT $w, s, (SELECT array_agg(token) FROM claim.claim_next('b_renew', n => 100))
+FROM claim.session_open('1 hour') s;
+SELECT count(*) FROM claim.session_claim((SELECT session FROM b_renew WHERE worker = $w), 'b_renew', n => 100);
+SQL
+done
+echo "SELECT session AS s FROM b_renew WHERE worker = :client_id + 1 \\gset" >"$WORK/keepalive.sql"
+echo "SELECT claim.session_keepalive(:s);" >>"$WORK/keepalive.sql"
+{
+    echo "BEGIN;"
+    for i in $(seq 1 100); do
+        echo "SELECT claim.extend(tokens[$i]) FROM b_renew WHERE worker = :client_id + 1;"
+    done
+    echo "COMMIT;"
+} >"$WORK/extend.sql"
+echo "SELECT claim.elect('b_e' || :client_id, '10 s') IS NOT NULL AS led; SELECT epoch FROM claim.leader('b_e' || :client_id);" >"$WORK/elect.sql"
+chmod 644 "$WORK"/*.sql
+
+echo "== renewing 100 claims per worker: $CLIENTS workers, ${SECS} s each"
+printf '%-10s %10s %16s %16s\n' how rounds/s statements/round WAL-bytes/round
+for how in keepalive extend; do
+    psql_ -c "CHECKPOINT" >/dev/null
+    lsn0=$(psql_ -c "SELECT pg_current_wal_lsn()")
+    out=$(as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
+          -f "$WORK/$how.sql" postgres 2>&1)
+    lsn1=$(psql_ -c "SELECT pg_current_wal_lsn()")
+    rounds=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+    wal=$(psql_ -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest(${rounds:-0}, 1))")
+    stmts=$([[ $how == keepalive ]] && echo 1 || echo 100)
+    printf '%-10s %10s %16s %16s\n' "$how" "$tps" "$stmts" "$wal"
+done
+
+echo "== elect + leader: $CLIENTS clients, ${SECS} s"
+out=$(as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
+      -f "$WORK/elect.sql" postgres 2>&1)
+echo "round trips/s: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
+
+echo "== watch delivery latency ($WAKES wakes)"
+as_user env CONN="host=$WORK port=$PORT dbname=postgres" WAKES="$WAKES" /usr/bin/python3 - <<'PY'
+import os, threading, time
+import psycopg
+
+conn = lambda: psycopg.connect(os.environ["CONN"], autocommit=True)
+n = int(os.environ["WAKES"])
+w, c = conn(), conn()
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+lat = []
+c.execute("SELECT claim.latch('b_w', 1000000)")
+for i in range(n):
+    rev = c.execute("SELECT claim.revision()").fetchone()[0]
+    got = {}
+    def watcher():
+        rows = w.execute("SELECT revision FROM claim.watch('b_w', %s, wait => '5 s')", (rev,)).fetchall()
+        got["t"] = time.monotonic()
+        got["rows"] = len(rows)
+    t = threading.Thread(target=watcher)
+    t.start()
+    time.sleep(0.02)   # the watcher is asleep in the server
+    c.execute("SELECT claim.count_down('b_w')")
+    sent = time.monotonic()
+    t.join()
+    if got.get("rows"):
+        lat.append((got["t"] - sent) * 1000)
+print(f"delivered {len(lat)} of {n}: p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms")
+PY
