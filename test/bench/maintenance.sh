@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# test/bench/maintenance.sh — what the direct path's honouring of a table's
+# rules costs (docs/internals.md), and what a pg_repack of claim.items costs
+# the workers while it runs (docs/operations.md, "Maintenance under load").
+#
+#   bash test/bench/maintenance.sh   (as root or as an unprivileged user; the
+#                                     extension must be installed: make install;
+#                                     part 2 needs pg_repack for the major)
+#
+# Starts its own throwaway cluster and prints, in one run:
+#   1. claim + complete and enqueue, CLIENTS (8) pgbench clients, windows of
+#      SECS (8) seconds alternating plain, trigger, trigger, plain: "trigger"
+#      is a row trigger on claim.items that does nothing (what pg_repack's
+#      log trigger, a user's audit trigger or a foreign key's cascade put on
+#      it), which sends the calls' writes through SQL; the ratio is the cost
+#      of the honouring path;
+#   2. claim + complete per second (pgbench -P 1) in the seconds before a
+#      `pg_repack -t claim.items` of a BACKLOG (200000) item table and in the
+#      seconds while it runs.
+#
+# Environment: CLIENTS, SECS, BACKLOG, PGCLAIM_USER (pgclaim, used when run
+# as root), PORT (5583).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+CLIENTS=${CLIENTS:-8}
+SECS=${SECS:-8}
+BACKLOG=${BACKLOG:-200000}
+PORT=${PORT:-5583}
+RUN_USER=${PGCLAIM_USER:-pgclaim}
+
+WORK="$(mktemp -d /tmp/pg_claim-maint.XXXXXX)"
+chmod 755 "$WORK"
+as_user() {
+    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
+}
+[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
+cleanup() {
+    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
+cat >>"$WORK/data/postgresql.conf" <<CONF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pg_claim'
+max_connections = 60
+shared_buffers = 256MB
+CONF
+as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
+psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+psql_ <<'SQL'
+CREATE EXTENSION pg_claim;
+SELECT claim.create_queue('b_m', lease => '1 minute');
+CREATE FUNCTION b_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+SQL
+fill() {
+    psql_ -c "SELECT count(*) FROM claim.enqueue_many('b_m', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, $1)))" >/dev/null
+}
+echo "SELECT claim.complete(token) FROM claim.claim_next('b_m');" >"$WORK/work.sql"
+echo "SELECT claim.enqueue('b_m', '{}');" >"$WORK/enqueue.sql"
+chmod 644 "$WORK"/*.sql
+bench() {  # script -> tps
+    as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j 2 -T "$SECS" \
+        -f "$WORK/$1.sql" postgres 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1
+}
+trigger() {
+    psql_ -c "SET client_min_messages = warning; DROP TRIGGER IF EXISTS b_t ON claim.items"
+    [[ $1 == on ]] && psql_ -c "CREATE TRIGGER b_t AFTER INSERT OR UPDATE OR DELETE ON claim.items FOR EACH ROW EXECUTE FUNCTION b_noop()"
+    return 0
+}
+
+echo "== the honouring path: $CLIENTS clients, ${SECS} s windows (plain, trigger, trigger, plain)"
+declare -A sum
+for w in plain trigger trigger plain; do
+    [[ $w == trigger ]] && trigger on || trigger off
+    psql_ -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
+    fill "$BACKLOG"
+    c=$(bench work)
+    e=$(bench enqueue)
+    echo "window $w: claim+complete $c/s, enqueue $e/s"
+    sum[$w-c]=$(awk -v a="${sum[$w-c]:-0}" -v b="$c" 'BEGIN{print a+b}')
+    sum[$w-e]=$(awk -v a="${sum[$w-e]:-0}" -v b="$e" 'BEGIN{print a+b}')
+done
+trigger off
+awk -v pc="${sum[plain-c]}" -v tc="${sum[trigger-c]}" -v pe="${sum[plain-e]}" -v te="${sum[trigger-e]}" 'BEGIN{
+    printf "claim+complete: trigger/plain %.2f (%.0f against %.0f jobs/s)\n", tc/pc, tc/2, pc/2;
+    printf "enqueue:        trigger/plain %.2f (%.0f against %.0f items/s)\n", te/pe, te/2, pe/2 }'
+
+REPACK=""
+for r in "$PG_BIN/pg_repack" "/usr/lib/postgresql/$PG_MAJOR/bin/pg_repack" "$(command -v pg_repack || true)"; do
+    [[ -n $r && -x $r ]] && { REPACK=$r; break; }
+done
+if [[ -z $REPACK ]] || ! psql_ -c "CREATE EXTENSION pg_repack" >/dev/null 2>&1; then
+    echo "== pg_repack: not installed for PostgreSQL $PG_MAJOR, part 2 skipped"
+    exit 0
+fi
+echo "== claim + complete per second before and during pg_repack -t claim.items ($BACKLOG items)"
+psql_ -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
+fill "$BACKLOG"
+as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j 2 -T 30 -P 1 \
+    -f "$WORK/work.sql" postgres >"$WORK/progress.txt" 2>&1 &
+pgb=$!
+sleep 8
+start=$(date +%s.%N)
+as_user "$REPACK" --no-order -t claim.items -h "$WORK" -p "$PORT" postgres >"$WORK/repack.txt" 2>&1 || cat "$WORK/repack.txt"
+end=$(date +%s.%N)
+wait $pgb || true
+# progress lines: "progress: 5.0 s, 1234.5 tps, ..."; the repack ran from about 8 s for (end - start) s
+awk -v d="$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')" '
+    /^progress:/ { t=$2+0; v=$4+0;
+        if (t >= 2 && t <= 8) { b+=v; nb++ }
+        if (t > 8 && t <= 8 + d) { r+=v; nr++ } }
+    END { printf "repack took %.1f s; before: %.0f jobs/s, during: %.0f jobs/s (%.2f)\n",
+                 d, b/nb, (nr ? r/nr : 0), (nr ? (r/nr)/(b/nb) : 0) }' "$WORK/progress.txt"
