@@ -368,12 +368,27 @@ void require_rights(AclMode items, AclMode claims) {
 
 void lock_items(bool drop) {
     load();
-    LockRelationOid(cat.items, drop ? ShareRowExclusiveLock : RowExclusiveLock);
+    if (!drop) {
+        LockRelationOid(cat.items, RowExclusiveLock);
+        return;
+    }
     // Claimers read claim.items in share mode and write claim.claims: the
     // drop also waits for the claimers in flight (and they for it), so that
     // no claim row outlives its queue and no item of a dropped queue is
     // handed out, whether or not the claimer promoted items on its way.
-    if (drop) LockRelationOid(cat.claims, ShareRowExclusiveLock);
+    // The calls lock the two tables in either order (complete: items, then
+    // claims; fail: claims, then items), so the drop never waits for one
+    // while it holds the other: it takes one, tries the other, and lets the
+    // first go again when the other is busy.
+    for (;;) {
+        LockRelationOid(cat.items, ShareRowExclusiveLock);
+        if (ConditionalLockRelationOid(cat.claims, ShareRowExclusiveLock)) return;
+        UnlockRelationOid(cat.items, ShareRowExclusiveLock);
+        LockRelationOid(cat.claims, ShareRowExclusiveLock);
+        if (ConditionalLockRelationOid(cat.items, ShareRowExclusiveLock)) return;
+        UnlockRelationOid(cat.claims, ShareRowExclusiveLock);
+        CHECK_FOR_INTERRUPTS();
+    }
 }
 
 int32 queue_id(Tables *t, Datum name, Snapshot snap) {
