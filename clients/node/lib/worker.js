@@ -3,7 +3,7 @@
 const os = require('os');
 const { EventEmitter } = require('events');
 const { mapError, isStale, isFatal, isTransient, RetryError, NotInstalledError } = require('./errors');
-const { toInterval, makePool, cancelActive, detectFeatures, sleep } = require('./util');
+const { toInterval, makePool, cancelActive, detectFeatures, sleep, destroySocket, within } = require('./util');
 
 const immediate = () => new Promise((resolve) => setImmediate(resolve));
 const MAX_ERROR_TEXT = 8000;
@@ -153,6 +153,7 @@ class Worker extends EventEmitter {
     this._completions = new Set(); // completion promises in flight
     this._waiters = new Set(); // claim loops waiting for a slot or sleeping
     this._cancels = new Set(); // cancel requests of stop() still on their way
+    this._conns = new Set(); // connections of the worker's own pool (closed at the end, whatever their state)
     this._runPromise = null;
     this._fatal = null; // the error that stopped the worker, rejected by run()
     this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
@@ -173,13 +174,42 @@ class Worker extends EventEmitter {
       this._kick();
       for (const lane of this._lanes) {
         if (lane.state === 'claiming' && lane.client) {
-          const sent = cancelActive(lane.client).catch(() => {});
+          const { client } = lane;
+          const sent = cancelActive(client, this._shortMs()).catch(() => {});
           this._cancels.add(sent);
-          sent.then(() => this._cancels.delete(sent));
+          sent.then(() => {
+            this._cancels.delete(sent);
+            // A claim that the cancel did not end (the connection stopped
+            // answering, or the cancel went astray) is not waited for: its
+            // connection is closed, and the server rolls the claim back.
+            const timer = setTimeout(() => {
+              if (lane.client === client && lane.state === 'claiming') destroySocket(client);
+            }, this._shortMs());
+            if (timer.unref) timer.unref();
+          });
         }
       }
     }
     return this._runPromise || Promise.resolve();
+  }
+
+  /**
+   * How long stop() waits for one step of its own (a cancel request to be
+   * answered, a cancelled claim to return, the pool to close): at most 5 s,
+   * and less with a shorter callTimeout.
+   */
+  _shortMs() {
+    return Math.min(5000, this.callTimeout);
+  }
+
+  /**
+   * When stop() gives up on outcomes still being written: the grace period,
+   * then one callTimeout. Whatever is not written by then is redelivered
+   * after its lease. So stop() resolves within grace + callTimeout + 2 ×
+   * _shortMs(), whatever the connections do.
+   */
+  _hardDeadline() {
+    return (this._stopRequestedAt || Date.now()) + this.grace + this.callTimeout;
   }
 
   /** The pg.Pool the worker uses (given or its own); set once run() started. */
@@ -202,6 +232,10 @@ class Worker extends EventEmitter {
       poolConfig: { connectionTimeoutMillis: this.callTimeout, ...(this._options.poolConfig || {}) },
     }, this._poolSize());
     if (!owned) this._checkPool(pool);
+    if (owned) {
+      pool.on('connect', (c) => this._conns.add(c));
+      pool.on('remove', (c) => this._conns.delete(c));
+    }
     this._pool = pool;
     this._ownsPool = owned;
     try {
@@ -235,18 +269,18 @@ class Worker extends EventEmitter {
       // answered (each gives up after 5 s): a pooler that sees the client
       // leave while its cancel request is still open may drop the wrong
       // connection, and PgBouncer 1.18 exits.
-      if (this._cancels.size) await Promise.all([...this._cancels]);
+      if (this._cancels.size) await within(Promise.all([...this._cancels]), this._shortMs());
       for (const lane of this._lanes) {
         // Closed rather than pooled: the server may still act on a cancel.
-        if (lane.client) lane.client.release(true);
+        if (lane.client) this._discard(lane.client);
         lane.client = null;
       }
-      // A pool whose connections stopped answering must not hold stop() up.
+      // A pool whose connections stopped answering must not hold stop() up,
+      // nor keep the process alive afterwards.
       if (this._ownsPool) {
-        let timer;
-        await Promise.race([pool.end().catch(() => {}),
-          new Promise((resolve) => { timer = setTimeout(resolve, 5000); })]);
-        clearTimeout(timer);
+        await within(pool.end().catch(() => {}), this._shortMs());
+        for (const c of this._conns) destroySocket(c);
+        this._conns.clear();
       }
       this.emit('stopped');
     }
@@ -275,6 +309,16 @@ class Worker extends EventEmitter {
   /** A statement of the worker's own, with its deadline (callTimeout, plus `extraMs`). */
   _q(on, text, values, extraMs = 0) {
     return on.query({ text, values, query_timeout: this.callTimeout + extraMs });
+  }
+
+  /** Takes a checked-out client out of the pool and closes its socket at once. */
+  _discard(client) {
+    try {
+      client.release(true);
+    } catch (e) {
+      // released already
+    }
+    destroySocket(client);
   }
 
   _kick() {
@@ -372,7 +416,7 @@ class Worker extends EventEmitter {
         }
         if (lane.client && !(err && typeof err.code === 'string' && err.code.length === 5)) {
           // Not a server error: the connection may be gone; take a new one.
-          lane.client.release(true);
+          this._discard(lane.client);
           lane.client = null;
         }
         if (this._stopping) break;
@@ -591,7 +635,8 @@ class Worker extends EventEmitter {
   _releaseClient(state, destroy) {
     if (state.client && !state.clientGone) {
       state.clientGone = true;
-      state.client.release(destroy ? true : undefined);
+      if (destroy) this._discard(state.client);
+      else state.client.release();
     }
   }
 
@@ -697,7 +742,10 @@ class Worker extends EventEmitter {
         return await send();
       } catch (err) {
         if (attempt >= OUTCOME_TRIES || !(isTransient(err) || (err && err.code === '57014'))) throw err;
-        await sleep(jitter(delay));
+        const pause = jitter(delay);
+        // After stop(), no retry past the deadline of the outcomes.
+        if (this._stopping && Date.now() + pause + this.callTimeout > this._hardDeadline()) throw err;
+        await sleep(pause);
         delay *= 2;
       }
     }
@@ -799,10 +847,21 @@ class Worker extends EventEmitter {
       if (state.handlerDone) continue; // its outcome is being written
       releases.push(this._abandon(state));
     }
-    await Promise.all(releases);
+    const hard = this._hardDeadline();
+    await within(Promise.all(releases), hard - Date.now());
     if (this._batch.length) this._flushBatch();
     if (this._pendingDone.length) this._completeEach(this._pendingDone.splice(0));
-    while (this._completions.size) await Promise.allSettled([...this._completions]);
+    while (this._completions.size && Date.now() < hard) {
+      await within(Promise.allSettled([...this._completions]), hard - Date.now());
+    }
+    // What is still unwritten (the connections stopped answering) is
+    // redelivered after its lease.
+    for (const state of [...this._jobs]) {
+      this.logger.error(`item ${state.job.id}: its outcome was not written before the stop deadline; ` +
+        'it is redelivered after its lease');
+      this._settled(state, 'dropped');
+    }
+    this._completions.clear();
   }
 
   async _abandon(state) {
@@ -811,7 +870,7 @@ class Worker extends EventEmitter {
     state.controller.abort(new Error('the worker stopped and its grace period ended'));
     if (state.client && !state.clientGone) {
       // Stop the transaction: cancel its statement, close its connection.
-      await cancelActive(state.client);
+      await cancelActive(state.client, this._shortMs());
       this._releaseClient(state, true);
     }
     try {
