@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -462,6 +463,27 @@ func TestFatalErrorsStopTheWorker(t *testing.T) {
 	w.DSN = "postgresql://127.0.0.1:1/x?connect_timeout=2"
 	if _, err := w.Run(context.Background()); !errors.Is(err, ErrTransient) {
 		t.Errorf("refused connection: %v", err)
+	}
+	// Settings no retry can fix: an unknown database, an unknown role.
+	// The server itself, also when PG_CLAIM_DSN is a pooler's.
+	var host string
+	var port int
+	if err := conn(t).QueryRow(context.Background(), "SELECT host(inet_server_addr()), inet_server_port()").Scan(&host, &port); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(testDSN)
+	u.Host = fmt.Sprintf("%s:%d", host, port)
+	noDB, noRole := *u, *u
+	noDB.Path = "/" + name("no_such_db")
+	noRole.User = url.User(name("no_such_role"))
+	for _, bad := range []string{noDB.String(), noRole.String()} {
+		w, _ = worker(q, func(ctx context.Context, j *Job) (interface{}, error) { return nil, nil })
+		w.DSN = bad
+		start := time.Now()
+		if _, err := w.Run(context.Background()); !errors.Is(err, ErrBadConnection) || errors.Is(err, ErrTransient) ||
+			time.Since(start) > 5*time.Second {
+			t.Errorf("%s: %v after %v", bad, err, time.Since(start))
+		}
 	}
 }
 

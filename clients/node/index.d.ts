@@ -263,6 +263,8 @@ export declare class NotSupportedError extends PgClaimError {}
 export declare class NotInstalledError extends PgClaimError {}
 /** Lost or refused connection (class 08, or no SQLSTATE), 40001, 40P01, 57P01-57P03, 53xxx, 55P03. */
 export declare class TransientError extends PgClaimError {}
+/** 3D000, 28000, 28P01: an unknown database or role, a wrong password; workers stop at once. */
+export declare class BadConnectionError extends PgClaimError {}
 
 /** Thrown by a handler: the item fails and is ready again after `afterMs`. */
 export declare class RetryError extends Error {

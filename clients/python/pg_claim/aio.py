@@ -17,7 +17,7 @@ from ._features import FEATURES_SQL, Features
 from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
                     OUTCOME_TRIES, HandlerExit, _Abandoned, jittered, _error_text, _sqlstate, log,
                     transient, unstorable)
-from .errors import map_error
+from .errors import is_fatal, map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
                      LeaseClock, complete_statement, connect_kwargs_for)
 
@@ -99,7 +99,10 @@ class AsyncWorker(WorkerBase):
                 except (NotImplementedError, RuntimeError):
                     pass
         try:
-            await self._start()
+            try:
+                await self._start()
+            except psycopg.Error as exc:
+                self._set_fatal(exc)   # raised below as its PgClaimError
             tasks = [s.task for s in self._slots if s.task is not None]
             stop_wait = asyncio.ensure_future(self._stop.wait())
             try:
@@ -333,6 +336,9 @@ class AsyncWorker(WorkerBase):
                     await old.close()
                 return
             except psycopg.OperationalError as err:
+                if is_fatal(err):   # the database was dropped, the password changed
+                    self._set_fatal(err)
+                    return
                 self._log_reconnect(slot, err, failed=True, delay=delay)
                 await self._sleep(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)

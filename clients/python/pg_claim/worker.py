@@ -28,7 +28,7 @@ from ._features import FEATURES_SQL, Features
 from ._loop import (OUTCOME_TRIES, HandlerExit, jittered, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
-from .errors import map_error
+from .errors import is_fatal, map_error
 
 __all__ = ["Worker", "default_conninfo", "default_worker_name", "ClaimSQL", "LeaseClock",
            "connect_kwargs_for", "log_failure", "STALE", "CANCELED", "FATAL",
@@ -220,7 +220,10 @@ class Worker(WorkerBase):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
         try:
-            self._start()
+            try:
+                self._start()
+            except psycopg.Error as exc:
+                self._set_fatal(exc)   # raised below as its PgClaimError
             while not self._stop.is_set():
                 if not any(s.thread is not None and s.thread.is_alive() for s in self._slots):
                     break
@@ -462,6 +465,9 @@ class Worker(WorkerBase):
                     old.close()
                 return
             except psycopg.OperationalError as err:
+                if is_fatal(err):   # the database was dropped, the password changed
+                    self._set_fatal(err)
+                    return
                 self._log_reconnect(slot, err, failed=True, delay=delay)
                 self._stop.wait(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
