@@ -267,6 +267,24 @@ class AsyncWorker(WorkerBase):
         except psycopg.Error as exc:
             self._log_release(job, exc, fresh=False)
 
+    async def _beat_conn(self, slot: _ASlot) -> "Optional[psycopg.AsyncConnection[Any]]":
+        """The heartbeat's own connection (plain mode: a transactional job's
+        lease can only be extended inside its transaction), opened when the
+        slot's broke."""
+        if self.transactional:
+            return None
+        conn = slot.beat_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = slot.beat_conn = await self._connect()
+                log.warning("worker %s: slot %d lost its connection under a running job; "
+                            "the heartbeat extends from a connection of its own", self._label(),
+                            slot.index)
+            except psycopg.Error as exc:
+                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                return None
+        return conn
+
     async def _close(self) -> None:
         # The cancel requests still on their way (at most _short() in all),
         # before their connections close.
@@ -277,6 +295,8 @@ class AsyncWorker(WorkerBase):
         for slot in self._slots:
             slot.closed = True
             await _finish(slot.beat_task)
+            if slot.beat_conn is not None and not slot.beat_conn.closed:
+                await slot.beat_conn.close()
             if slot.conn is not None and not slot.conn.closed:
                 await slot.conn.close()
 
@@ -571,8 +591,23 @@ class AsyncWorker(WorkerBase):
                         pass
                     continue
                 try:
-                    assert slot.conn is not None and job is not None
-                    await slot.conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    assert job is not None
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        conn = await self._beat_conn(slot)
+                    assert conn is not None
+                    try:
+                        await conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    except psycopg.OperationalError as exc:
+                        # The slot's connection died under a running handler:
+                        # extend from the heartbeat's own, so that the lease
+                        # does not run out and hand the job to another worker.
+                        if not transient(exc) or conn is slot.beat_conn:
+                            raise
+                        beat = await self._beat_conn(slot)
+                        if beat is None:
+                            raise
+                        await beat.execute(EXTEND_SQL, (job.token, self.lease))
                     self.stats.extended += 1
                 except asyncio.CancelledError:
                     raise

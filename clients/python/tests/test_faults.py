@@ -228,10 +228,11 @@ def test_sync_signal_handler_takes_no_lock(dsn: str, queue: str) -> None:
     assert worker.stopping
 
 
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
 def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
                                                               conn: "psycopg.Connection[Any]",
                                                               client: pg_claim.Client,
-                                                              queue: str) -> None:
+                                                              queue: str, kind: str) -> None:
     if not scalar(conn, "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE pid = %s",
                   (conn.info.backend_pid,)):
         pytest.skip("behind a pooler: the slot's server backend cannot be told apart")
@@ -251,9 +252,24 @@ def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
             time.sleep(0.25)
         return {"ok": True}
 
-    worker = pg_claim.Worker(dsn, queue, handler, lease=1, wait=0.2, burst=True, name=name,
-                             handle_signals=False)
-    stats = worker.run()
+    async def ahandler(job: pg_claim.Job) -> Any:
+        conn.execute("SELECT pg_catalog.pg_terminate_backend(%s)",
+                     (worker._slots[0].conn.info.backend_pid,))
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            probe_claims[0] += len(conn.execute("SELECT id FROM claim.claim_next(%s)",
+                                                (queue,)).fetchall())
+            await asyncio.sleep(0.25)
+        return {"ok": True}
+
+    if kind == "threads":
+        worker = pg_claim.Worker(dsn, queue, handler, lease=1, wait=0.2, burst=True, name=name,
+                                 handle_signals=False)
+        stats = worker.run()
+    else:
+        worker = pg_claim.AsyncWorker(dsn, queue, ahandler, lease=1, wait=0.2, burst=True,
+                                      name=name, handle_signals=False)
+        stats = asyncio.run(worker.run())
     assert probe_claims[0] == 0, "another claimer got the item while its handler ran"
     assert stats.completed == 1, stats
 
