@@ -104,6 +104,10 @@ export interface WorkerStats {
   stale: number;
   released: number;
   claimCalls: number;
+  /** Lease extensions made (heartbeats and ctx.extend()). */
+  extended: number;
+  /** Statements that made them (plain mode extends the jobs due together in one). */
+  extendCalls: number;
 }
 
 export type Outcome = 'completed' | 'failed' | 'stale' | 'released' | 'dropped';

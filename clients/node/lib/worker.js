@@ -16,6 +16,8 @@ const BACKOFF_MAX = 30000;
 // worker has the item, and the outcome is dropped.
 const OUTCOME_TRIES = 4;
 const OUTCOME_BACKOFF_FIRST = 200;
+// How often the plain-mode heartbeat looks for jobs due (ms).
+const BEAT_TICK_MS = 100;
 
 /** host:pid, recorded as the claims' worker unless `worker` names one. */
 function defaultWorkerName() {
@@ -156,7 +158,12 @@ class Worker extends EventEmitter {
     this._conns = new Set(); // connections of the worker's own pool (closed at the end, whatever their state)
     this._runPromise = null;
     this._fatal = null; // the error that stopped the worker, rejected by run()
-    this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
+    this._beating = new Set(); // plain-mode jobs that the worker's heartbeat extends
+    this._beatTimer = null;
+    this._beatInFlight = false;
+    this.stats = {
+      claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0, extended: 0, extendCalls: 0,
+    };
   }
 
   /** Claims and runs items until stop() or the signal; resolves when all is given back. */
@@ -643,9 +650,24 @@ class Worker extends EventEmitter {
   // --- heartbeat ------------------------------------------------------------
 
   _startHeartbeat(state) {
-    // A third of the lease, less up to a tenth at random, so that jobs
-    // claimed together do not all extend at the same instant.
     const third = state.leaseMs / 3;
+    if (!this.transactional) {
+      // Plain mode: one heartbeat for the whole worker, which extends every
+      // job that is due (or due within a sixth of its lease) in one
+      // statement; see _beat().
+      state.beatEvery = Math.max(third, 50);
+      state.nextBeatAt = Date.now() + state.beatEvery;
+      this._beating.add(state);
+      if (!this._beatTimer) {
+        this._beatTimer = setInterval(() => this._beat(), BEAT_TICK_MS);
+        if (this._beatTimer.unref) this._beatTimer.unref();
+      }
+      return;
+    }
+    // Transactional mode: each job's lease is extended inside its own
+    // transaction, on its own timer: a third of the lease, less up to a
+    // tenth at random, so that jobs claimed together do not all extend at
+    // the same instant.
     const every = Math.max(Math.floor(third - Math.random() * third * 0.3), 50);
     state.heartbeatTimer = setInterval(() => {
       if (state.extending || state.finished || state.lost || state.handlerDone) return;
@@ -659,16 +681,73 @@ class Worker extends EventEmitter {
       clearInterval(state.heartbeatTimer);
       state.heartbeatTimer = null;
     }
+    if (this._beating.delete(state) && this._beating.size === 0 && this._beatTimer) {
+      clearInterval(this._beatTimer);
+      this._beatTimer = null;
+    }
+  }
+
+  /**
+   * The plain-mode heartbeat: the jobs whose extension is due, with those
+   * due within a sixth of their lease, extended together in one statement
+   * (claim.extend per token, in one transaction). A stale token refuses
+   * the statement: the jobs are then extended one by one, which tells the
+   * lost lease apart. One job due: claim.extend alone.
+   */
+  _beat() {
+    if (this._beatInFlight) return;
+    const now = Date.now();
+    const due = [];
+    let anyDue = false;
+    for (const state of this._beating) {
+      if (state.extending || state.finished || state.lost || state.handlerDone) continue;
+      if (state.nextBeatAt <= now) anyDue = true;
+      if (state.nextBeatAt - state.beatEvery / 2 <= now) due.push(state);
+    }
+    if (!anyDue) return;
+    for (const state of due) state.nextBeatAt = now + state.beatEvery;
+    if (due.length === 1) {
+      this._extend(due[0], this.lease).catch(() => {});
+      return;
+    }
+    this._beatInFlight = true;
+    for (const state of due) state.extending = true;
+    this.stats.extendCalls += 1;
+    const sql = 'SELECT t::text AS token, claim.extend(t, $2::interval) AS lease_until ' +
+      'FROM pg_catalog.unnest($1::bigint[]) AS t';
+    this._q(this._pool, sql, [due.map((st) => st.job.token), toInterval(this.lease, 'lease')]).then(
+      ({ rows }) => {
+        const byToken = new Map(rows.map((r) => [r.token, r.lease_until]));
+        for (const state of due) {
+          state.extending = false;
+          if (byToken.has(state.job.token)) {
+            state.job.leaseUntil = byToken.get(state.job.token);
+            this.stats.extended += 1;
+          }
+        }
+      },
+      (err) => {
+        for (const state of due) state.extending = false;
+        if (isStale(mapError(err))) {
+          for (const state of due) this._extend(state, this.lease).catch(() => {});
+        } else {
+          this.logger.warn(`heartbeat of ${due.length} jobs failed: ${errorText(err)}; trying again`);
+          for (const state of due) state.nextBeatAt = Date.now() + Math.min(state.beatEvery, 1000);
+        }
+      },
+    ).finally(() => { this._beatInFlight = false; });
   }
 
   async _extend(state, lease) {
     state.extending = true;
     // In transactional mode, inside the handler's transaction (see _runTransactional).
     const on = state.inTx && state.client && !state.clientGone ? state.client : this._pool;
+    this.stats.extendCalls += 1;
     try {
       const { rows } = await this._q(on, 'SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
         [state.job.token, toInterval(lease, 'lease')]);
       state.job.leaseUntil = rows[0].lease_until;
+      this.stats.extended += 1;
       return rows[0].lease_until;
     } catch (err) {
       const mapped = mapError(err);
