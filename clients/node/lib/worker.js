@@ -74,11 +74,18 @@ function jitter(ms) {
   return Math.round(ms / 2 + Math.random() * (ms / 2));
 }
 
-/** Milliseconds of a duration given as a number (ms) or an interval string ('5 s', '500 ms'). */
-function intervalMs(value) {
+/**
+ * Milliseconds of a duration given as a number (ms) or an interval string
+ * ('5 s', '500 ms'). An interval not parsed here: a generous deadline (an
+ * hour), or with `what`, a TypeError.
+ */
+function intervalMs(value, what) {
   if (typeof value === 'number') return value;
   const m = /^\s*([0-9.]+)\s*(ms|msec|milliseconds?|s|sec|secs|seconds?|min|mins|minutes?|h|hours?)?\s*$/i.exec(String(value));
-  if (!m) return 3600000; // an interval not parsed here: a generous deadline
+  if (!m) {
+    if (what) throw new TypeError(`Worker: ${what}: '${value}' is not a duration ('30 s', '500 ms', '2 min')`);
+    return 3600000;
+  }
   const n = Number(m[1]);
   const unit = (m[2] || 's').toLowerCase();
   if (unit === 'ms' || unit === 'msec' || unit.startsWith('milli')) return n;
@@ -111,18 +118,44 @@ class Worker extends EventEmitter {
     this.handler = handler;
     this.concurrency = concurrency;
     this.transactional = !!options.transactional;
-    this.lease = toInterval(options.lease, 'lease');
-    this.wait = toInterval(options.wait === undefined ? 5000 : options.wait, 'wait');
-    this.grace = options.grace === undefined ? 30000 : options.grace;
-    if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
+    // Durations: an interval string ('30 s', '500 ms': the same in every
+    // client), or a number of milliseconds under a name that says so
+    // (leaseMs). A plain number under the short name (lease: 30000) is
+    // milliseconds too, as before, but Python reads lease=30 as seconds:
+    // run() warns once about each (clients/OPTIONS.md).
+    this._plainNumbers = [];
+    const duration = (name) => {
+      const msName = `${name}Ms`;
+      if (options[msName] !== undefined) {
+        if (options[name] !== undefined) throw new TypeError(`Worker: give ${name} or ${msName}, not both`);
+        const v = options[msName];
+        if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+          throw new TypeError(`Worker: ${msName} must be a number of milliseconds >= 0`);
+        }
+        return v;
+      }
+      if (typeof options[name] === 'number') this._plainNumbers.push(name);
+      return options[name];
+    };
+    const lease = duration('lease');
+    const wait = duration('wait');
+    const grace = duration('grace');
+    const callTimeout = duration('callTimeout');
+    this.lease = toInterval(lease, 'lease');
+    this.wait = toInterval(wait === undefined ? 5000 : wait, 'wait');
+    this.grace = grace === undefined ? 30000 : (typeof grace === 'string' ? intervalMs(grace, 'grace') : grace);
+    if (typeof this.grace !== 'number' || !(this.grace >= 0)) {
+      throw new TypeError("Worker: grace must be milliseconds >= 0 (graceMs) or an interval ('30 s')");
+    }
     this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
     // The longest any statement of the worker's own may take (a claim: its
     // wait and this), connecting included: a connection that stopped
     // answering without closing (a half-open TCP connection) fails the call
     // instead of hanging the worker. Milliseconds.
-    this.callTimeout = options.callTimeout === undefined ? 30000 : options.callTimeout;
+    this.callTimeout = callTimeout === undefined ? 30000
+      : (typeof callTimeout === 'string' ? intervalMs(callTimeout, 'callTimeout') : callTimeout);
     if (typeof this.callTimeout !== 'number' || !(this.callTimeout > 0)) {
-      throw new TypeError('Worker: callTimeout must be milliseconds > 0');
+      throw new TypeError("Worker: callTimeout must be milliseconds > 0 (callTimeoutMs) or an interval ('30 s')");
     }
     this._waitMs = intervalMs(this.wait);
     this.workerName = options.worker || defaultWorkerName();
@@ -229,6 +262,11 @@ class Worker extends EventEmitter {
   }
 
   async _run() {
+    for (const name of this._plainNumbers) {
+      this.logger.warn(`Worker: ${name}: ${this._options[name]} is read as milliseconds (Python reads ` +
+        `a plain number as seconds): name the unit, ${name}Ms: ${this._options[name]}, or give an interval, ` +
+        `${name}: '${this._options[name] / 1000} s'`);
+    }
     const onAbort = () => this.stop();
     if (this._signal) {
       if (this._signal.aborted) this._stopping = true;

@@ -310,3 +310,23 @@ test('a count the server cannot know (NULL on a standby) stays null in stats()',
   assert.equal(s.dead, 0);
   assert.equal(s.waiting, null);
 });
+
+test('durations: unit-named options (leaseMs) and intervals; a plain number under the short name warns', async () => {
+  const handler = async () => {};
+  const a = new Worker({ queue: 'q', handler, leaseMs: 30000, waitMs: 200, graceMs: 1000, callTimeoutMs: 2000 });
+  const b = new Worker({ queue: 'q', handler, lease: '30 s', wait: '200 ms', grace: '1 s', callTimeout: '2 s' });
+  assert.equal(a.lease, '30000 milliseconds');
+  assert.equal(b.lease, '30 s');
+  assert.equal(a._waitMs, b._waitMs);
+  assert.equal(a.grace, b.grace);
+  assert.equal(a.callTimeout, b.callTimeout);
+  assert.throws(() => new Worker({ queue: 'q', handler, lease: '1 s', leaseMs: 1000 }), /not both/);
+  assert.throws(() => new Worker({ queue: 'q', handler, graceMs: '1 s' }), /graceMs must be a number/);
+  assert.throws(() => new Worker({ queue: 'q', handler, grace: 'soon' }), /not a duration/);
+  const warned = [];
+  const fake = { query: async () => { throw Object.assign(new Error('no'), { code: '3F000' }); } };
+  const c = new Worker({ pool: fake, queue: 'q', handler, lease: 30, logger: { info() {}, error() {}, warn: (m) => warned.push(m) } });
+  await assert.rejects(c.run());
+  assert.equal(warned.length, 1);
+  assert.match(warned[0], /lease: 30 is read as milliseconds.*leaseMs: 30.*lease: '0.03 s'/);
+});
