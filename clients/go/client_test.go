@@ -21,6 +21,7 @@ func TestErrorTable(t *testing.T) {
 		"42883": ErrNotSupported, "0A000": ErrNotSupported, "3F000": ErrNotInstalled,
 		"08006": ErrTransient, "40001": ErrTransient, "40P01": ErrTransient, "57P01": ErrTransient,
 		"53300": ErrTransient, "55P03": ErrTransient, "XX000": ErrPgClaim,
+		"3D000": ErrBadConnection, "28000": ErrBadConnection, "28P01": ErrBadConnection,
 	}
 	for state, want := range cases {
 		if got := ClassOf(state, ""); got != want {

@@ -45,6 +45,12 @@ var (
 	// ErrNotInstalled: 3F000 (42P01 on a relation of schema claim): the
 	// database has no pg_claim.
 	ErrNotInstalled = errors.New("pg_claim: not installed")
+	// ErrBadConnection: 3D000, 28000, 28P01: the connection settings are
+	// wrong (an unknown database or role, a wrong password) and trying
+	// again will not fix them; a Worker stops at once. A connection string
+	// that cannot be parsed is returned by Connect as it is; a host that
+	// cannot be reached or resolved is an ErrTransient.
+	ErrBadConnection = errors.New("pg_claim: bad connection settings")
 	// ErrTransient: class 08 or no SQLSTATE (the connection was lost or
 	// could not be made), 40001, 40P01, 57P01-57P03, class 53, 55P03: a later
 	// try may not meet it. A Worker retries these with backoff.
@@ -77,6 +83,9 @@ var bySQLState = map[string]error{
 	"57P02": ErrTransient,
 	"57P03": ErrTransient,
 	"55P03": ErrTransient,
+	"3D000": ErrBadConnection,
+	"28000": ErrBadConnection,
+	"28P01": ErrBadConnection,
 }
 
 // Error is a server error (or a lost connection) with its class.
@@ -157,7 +166,7 @@ func Classify(err error) error {
 func IsFatal(err error) bool {
 	switch Classify(err) {
 	case ErrUnknownQueue, ErrInvalidName, ErrInvalidArgument, ErrNullArgument,
-		ErrPermissionDenied, ErrNotInstalled, ErrNotSupported:
+		ErrPermissionDenied, ErrNotInstalled, ErrNotSupported, ErrBadConnection:
 		return true
 	}
 	return false

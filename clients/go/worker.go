@@ -87,6 +87,14 @@ type Worker struct {
 	MaxJobs       int           // return after this many jobs (0: no limit)
 	HandleSignals bool          // SIGTERM/SIGINT stop the worker; a second ends the grace period
 	Prepare       bool          // let pgx prepare statements (not behind PgBouncer < 1.21)
+	// Pooled: the DSN is a transaction-mode pooler's (PgBouncer). A stop
+	// then ends a waiting claim by a read deadline and closes its
+	// connection, and past the grace period closes a transactional
+	// handler's connection, never sending a cancel request: through a
+	// pooler, one that crosses the end of a statement can reach the server
+	// connection the pooler has meanwhile given to another client, and
+	// cancel its statement (another worker's heartbeat, say).
+	Pooled bool
 	Logger        *log.Logger   // default: log.Default()
 	// ConfigureConn, when set, may change each connection's configuration.
 	ConfigureConn func(*pgx.ConnConfig)
@@ -118,6 +126,7 @@ type slot struct {
 	connMu   sync.Mutex // the conn's statements (the slot's and the heartbeat's)
 	st       sync.Mutex // what follows
 	claiming bool
+	cut      bool // a stop set a read deadline on the claim (Pooled)
 	job      *Job
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the job's handler and rollback are over
@@ -163,9 +172,7 @@ func (w *Worker) Stop() {
 		for _, s := range slots {
 			s.st.Lock()
 			if s.claiming && s.conn != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = s.conn.PgConn().CancelRequest(ctx)
-				cancel()
+				w.interrupt(s, 5*time.Second)
 			}
 			s.st.Unlock()
 		}
@@ -320,9 +327,7 @@ func (w *Worker) abandon(done chan struct{}) {
 			s.cancel()
 			hs = append(hs, held{s, s.job, s.done})
 		} else if s.claiming && s.conn != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = s.conn.PgConn().CancelRequest(ctx)
-			cancel()
+			w.interrupt(s, time.Second)
 		}
 		s.st.Unlock()
 	}
@@ -331,9 +336,11 @@ func (w *Worker) abandon(done chan struct{}) {
 			select {
 			case <-h.done:
 			case <-time.After(time.Second):
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = h.s.conn.PgConn().CancelRequest(ctx)
-				cancel()
+				if !w.Pooled {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					_ = h.s.conn.PgConn().CancelRequest(ctx)
+					cancel()
+				}
 				_ = h.s.conn.PgConn().Conn().Close()
 			}
 		}
@@ -490,8 +497,26 @@ func (w *Worker) claim(s *slot) (*Job, error) {
 	}
 	s.claiming = true
 	s.st.Unlock()
-	defer func() { s.st.Lock(); s.claiming = false; s.st.Unlock() }()
+	var err error
+	defer func() {
+		s.st.Lock()
+		s.claiming = false
+		if s.cut { // a stop set a read deadline (Pooled)
+			s.cut = false
+			if err != nil { // it cut the claim short: the connection is mid-statement
+				s.conn.Close(context.Background())
+			} else { // the claim had ended: the connection is fine
+				_ = s.conn.PgConn().Conn().SetReadDeadline(time.Time{})
+			}
+		}
+		s.st.Unlock()
+	}()
 	var wait interface{} = Interval(w.Wait)
+	job, err := w.claimRows(s, wait)
+	return job, err
+}
+
+func (w *Worker) claimRows(s *slot, wait interface{}) (*Job, error) {
 	rows, err := s.conn.Query(context.Background(), claimSQL, w.Queue, optInterval(w.Lease), wait, w.Name)
 	if err != nil {
 		return nil, mapError(err)
@@ -516,6 +541,21 @@ func (w *Worker) claim(s *slot) (*Job, error) {
 		return nil, mapError(err)
 	}
 	return job, nil
+}
+
+// interrupt ends the slot's waiting claim (the caller holds s.st): a
+// cancel request, or with Pooled a read deadline in the past (the claim
+// then fails at once on this side, and claim closes the connection; the
+// server rolls the claim back when it sees the client gone).
+func (w *Worker) interrupt(s *slot, timeout time.Duration) {
+	if w.Pooled {
+		s.cut = true
+		_ = s.conn.PgConn().Conn().SetReadDeadline(time.Unix(1, 0))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	_ = s.conn.PgConn().CancelRequest(ctx)
+	cancel()
 }
 
 // exec runs a statement of the worker on the slot's connection; a
@@ -596,6 +636,8 @@ func (w *Worker) heartbeat(job *Job, cancel func(), extend func() error) (stop f
 				w.logf("job %d attempt %d lost its lease (%v); its outcome will be dropped", job.ID, job.Attempt, err)
 				cancel()
 				return
+			default:
+				w.logf("heartbeat of job %d failed (%v); trying again", job.ID, err)
 			}
 		}
 	}()

@@ -62,7 +62,7 @@ async function handWritten(name) {
 
 async function withWorker(name, piggyback) {
   const pool = await warmPool(CONCURRENCY + 2);
-  const worker = new Worker({ pool, queue: name, concurrency: CONCURRENCY, wait: 1000, piggyback, handler: async () => {} });
+  const worker = new Worker({ pool, queue: name, concurrency: CONCURRENCY, waitMs: 1000, piggyback, handler: async () => {} });
   let t0;
   let t1;
   const finished = new Promise((resolve) => {

@@ -67,12 +67,22 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
   handler: Handler<P, R>;
   /** Handlers running at once (default 1). */
   concurrency?: number;
-  /** Lease of each claim and each extension (default: the queue's). */
+  /**
+   * Lease of each claim and each extension (default: the queue's): an
+   * interval ('30 s'). A plain number is milliseconds and warns (Python
+   * reads it as seconds): use leaseMs.
+   */
   lease?: Duration | null;
-  /** How long one claim waits inside the server for work (default 5000 ms, at most 1 hour). */
+  /** The lease in milliseconds. */
+  leaseMs?: number;
+  /** How long one claim waits inside the server for work: an interval (default '5 s', at most 1 hour). */
   wait?: Duration;
-  /** After stop(): how long running handlers may take before their items are released (default 30000 ms). */
-  grace?: number;
+  /** The wait in milliseconds. */
+  waitMs?: number;
+  /** After stop(): how long running handlers may take before their items are released: an interval (default '30 s'). */
+  grace?: Duration;
+  /** The grace period in milliseconds. */
+  graceMs?: number;
   /** Run each handler in a transaction that asserted the token; the completion commits with its writes. */
   transactional?: boolean;
   /** Aborting it stops the worker, as stop() does. */
@@ -93,7 +103,9 @@ export interface WorkerOptions<P = any, R = unknown> extends ConnectionOptions {
    * milliseconds (default 30000; a claim gets its wait plus this): a
    * connection that stopped answering fails the call instead of hanging it.
    */
-  callTimeout?: number;
+  callTimeout?: Duration;
+  /** The call deadline in milliseconds. */
+  callTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -104,6 +116,10 @@ export interface WorkerStats {
   stale: number;
   released: number;
   claimCalls: number;
+  /** Lease extensions made (heartbeats and ctx.extend()). */
+  extended: number;
+  /** Statements that made them (plain mode extends the jobs due together in one). */
+  extendCalls: number;
 }
 
 export type Outcome = 'completed' | 'failed' | 'stale' | 'released' | 'dropped';
@@ -263,6 +279,8 @@ export declare class NotSupportedError extends PgClaimError {}
 export declare class NotInstalledError extends PgClaimError {}
 /** Lost or refused connection (class 08, or no SQLSTATE), 40001, 40P01, 57P01-57P03, 53xxx, 55P03. */
 export declare class TransientError extends PgClaimError {}
+/** 3D000, 28000, 28P01: an unknown database or role, a wrong password; workers stop at once. */
+export declare class BadConnectionError extends PgClaimError {}
 
 /** Thrown by a handler: the item fails and is ready again after `afterMs`. */
 export declare class RetryError extends Error {

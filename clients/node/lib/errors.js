@@ -52,6 +52,14 @@ class NotSupportedError extends PgClaimError {
 /** 3F000 on schema claim (or a missing view of it): the database has no pg_claim. */
 class NotInstalledError extends PgClaimError {}
 /**
+ * The connection settings are wrong and trying again will not fix them: a
+ * database that does not exist (3D000), a role that does not exist or may
+ * not log in (28000), a wrong password (28P01). Workers stop at once. (A
+ * connection string that cannot be parsed is a TypeError, thrown at once; a
+ * host that cannot be reached or resolved is a TransientError.)
+ */
+class BadConnectionError extends PgClaimError {}
+/**
  * A failure that a later try may not meet: the connection was lost or could
  * not be made (class 08, or a socket error without a SQLSTATE), 40001
  * serialization failure, 40P01 deadlock, 57P01-57P03 server shutting down or
@@ -94,6 +102,9 @@ const BY_CODE = {
   '42710': DuplicateQueueError,
   '42602': InvalidNameError,
   '57014': QueryCanceledError,
+  '3D000': BadConnectionError,
+  '28000': BadConnectionError,
+  '28P01': BadConnectionError,
 };
 
 /** The class of a SQLSTATE (PgClaimError when none matches). */
@@ -137,7 +148,7 @@ function mapError(err) {
 // What a worker does with each class: stop at once and reject run() (no
 // retry will fix it), or retry with backoff.
 const FATAL_CLASSES = [UnknownQueueError, InvalidNameError, InvalidArgumentError, PermissionDeniedError,
-  NotInstalledError, NotSupportedError];
+  NotInstalledError, NotSupportedError, BadConnectionError];
 
 /** True when no retry can fix the error (the README's table). */
 function isFatal(err) {
@@ -168,6 +179,7 @@ module.exports = {
   NotSupportedError,
   NotInstalledError,
   TransientError,
+  BadConnectionError,
   RetryError,
   mapError,
   errorClass,

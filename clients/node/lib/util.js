@@ -86,7 +86,7 @@ function makePool(options, max) {
  * it to the right server). A backend that is not running a statement ignores
  * it. Resolves once the request is sent (or could not be); never rejects.
  */
-function cancelActive(client) {
+function cancelActive(client, timeoutMs = 5000) {
   return new Promise((resolve) => {
     if (!client || client.processID === null || client.processID === undefined || client.secretKey === null ||
         client.secretKey === undefined) {
@@ -115,7 +115,11 @@ function cancelActive(client) {
     });
     socket.on('data', () => {});
     socket.on('end', () => socket.destroy());
-    socket.setTimeout(5000, () => socket.destroy());
+    socket.setTimeout(timeoutMs, () => socket.destroy());
+    // The connect itself is bounded too (a SYN that is never answered).
+    const hard = setTimeout(() => { socket.destroy(); finish(false); }, timeoutMs + 100);
+    if (hard.unref) hard.unref();
+    socket.on('close', () => clearTimeout(hard));
     socket.on('error', () => finish(false));
     socket.on('close', () => finish(true));
   });
@@ -147,4 +151,23 @@ async function detectFeatures(queryable) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-module.exports = { toInterval, makePool, dsnConfig, parseKeywordDsn, cancelActive, detectFeatures, sleep };
+/**
+ * Closes a node-postgres client's socket at once, without the goodbye that
+ * client.end() sends and waits for: a peer that stopped answering would
+ * hold end() (and the process) until TCP gives up.
+ */
+function destroySocket(client) {
+  const stream = client && client.connection && client.connection.stream;
+  if (stream && !stream.destroyed) stream.destroy();
+}
+
+/** `promise`, or undefined once `ms` passed, whichever comes first. */
+function within(promise, ms) {
+  let timer;
+  return Promise.race([promise, new Promise((resolve) => { timer = setTimeout(resolve, Math.max(ms, 0)); })])
+    .finally(() => clearTimeout(timer));
+}
+
+module.exports = {
+  toInterval, makePool, dsnConfig, parseKeywordDsn, cancelActive, detectFeatures, sleep, destroySocket, within,
+};

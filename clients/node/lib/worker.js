@@ -3,7 +3,7 @@
 const os = require('os');
 const { EventEmitter } = require('events');
 const { mapError, isStale, isFatal, isTransient, RetryError, NotInstalledError } = require('./errors');
-const { toInterval, makePool, cancelActive, detectFeatures, sleep } = require('./util');
+const { toInterval, makePool, cancelActive, detectFeatures, sleep, destroySocket, within } = require('./util');
 
 const immediate = () => new Promise((resolve) => setImmediate(resolve));
 const MAX_ERROR_TEXT = 8000;
@@ -16,6 +16,8 @@ const BACKOFF_MAX = 30000;
 // worker has the item, and the outcome is dropped.
 const OUTCOME_TRIES = 4;
 const OUTCOME_BACKOFF_FIRST = 200;
+// How often the plain-mode heartbeat looks for jobs due (ms).
+const BEAT_TICK_MS = 100;
 
 /** host:pid, recorded as the claims' worker unless `worker` names one. */
 function defaultWorkerName() {
@@ -72,11 +74,18 @@ function jitter(ms) {
   return Math.round(ms / 2 + Math.random() * (ms / 2));
 }
 
-/** Milliseconds of a duration given as a number (ms) or an interval string ('5 s', '500 ms'). */
-function intervalMs(value) {
+/**
+ * Milliseconds of a duration given as a number (ms) or an interval string
+ * ('5 s', '500 ms'). An interval not parsed here: a generous deadline (an
+ * hour), or with `what`, a TypeError.
+ */
+function intervalMs(value, what) {
   if (typeof value === 'number') return value;
   const m = /^\s*([0-9.]+)\s*(ms|msec|milliseconds?|s|sec|secs|seconds?|min|mins|minutes?|h|hours?)?\s*$/i.exec(String(value));
-  if (!m) return 3600000; // an interval not parsed here: a generous deadline
+  if (!m) {
+    if (what) throw new TypeError(`Worker: ${what}: '${value}' is not a duration ('30 s', '500 ms', '2 min')`);
+    return 3600000;
+  }
   const n = Number(m[1]);
   const unit = (m[2] || 's').toLowerCase();
   if (unit === 'ms' || unit === 'msec' || unit.startsWith('milli')) return n;
@@ -109,18 +118,44 @@ class Worker extends EventEmitter {
     this.handler = handler;
     this.concurrency = concurrency;
     this.transactional = !!options.transactional;
-    this.lease = toInterval(options.lease, 'lease');
-    this.wait = toInterval(options.wait === undefined ? 5000 : options.wait, 'wait');
-    this.grace = options.grace === undefined ? 30000 : options.grace;
-    if (typeof this.grace !== 'number' || !(this.grace >= 0)) throw new TypeError('Worker: grace must be milliseconds >= 0');
+    // Durations: an interval string ('30 s', '500 ms': the same in every
+    // client), or a number of milliseconds under a name that says so
+    // (leaseMs). A plain number under the short name (lease: 30000) is
+    // milliseconds too, as before, but Python reads lease=30 as seconds:
+    // run() warns once about each (clients/OPTIONS.md).
+    this._plainNumbers = [];
+    const duration = (name) => {
+      const msName = `${name}Ms`;
+      if (options[msName] !== undefined) {
+        if (options[name] !== undefined) throw new TypeError(`Worker: give ${name} or ${msName}, not both`);
+        const v = options[msName];
+        if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) {
+          throw new TypeError(`Worker: ${msName} must be a number of milliseconds >= 0`);
+        }
+        return v;
+      }
+      if (typeof options[name] === 'number') this._plainNumbers.push(name);
+      return options[name];
+    };
+    const lease = duration('lease');
+    const wait = duration('wait');
+    const grace = duration('grace');
+    const callTimeout = duration('callTimeout');
+    this.lease = toInterval(lease, 'lease');
+    this.wait = toInterval(wait === undefined ? 5000 : wait, 'wait');
+    this.grace = grace === undefined ? 30000 : (typeof grace === 'string' ? intervalMs(grace, 'grace') : grace);
+    if (typeof this.grace !== 'number' || !(this.grace >= 0)) {
+      throw new TypeError("Worker: grace must be milliseconds >= 0 (graceMs) or an interval ('30 s')");
+    }
     this.heartbeat = options.heartbeat === undefined ? true : !!options.heartbeat;
     // The longest any statement of the worker's own may take (a claim: its
     // wait and this), connecting included: a connection that stopped
     // answering without closing (a half-open TCP connection) fails the call
     // instead of hanging the worker. Milliseconds.
-    this.callTimeout = options.callTimeout === undefined ? 30000 : options.callTimeout;
+    this.callTimeout = callTimeout === undefined ? 30000
+      : (typeof callTimeout === 'string' ? intervalMs(callTimeout, 'callTimeout') : callTimeout);
     if (typeof this.callTimeout !== 'number' || !(this.callTimeout > 0)) {
-      throw new TypeError('Worker: callTimeout must be milliseconds > 0');
+      throw new TypeError("Worker: callTimeout must be milliseconds > 0 (callTimeoutMs) or an interval ('30 s')");
     }
     this._waitMs = intervalMs(this.wait);
     this.workerName = options.worker || defaultWorkerName();
@@ -153,9 +188,15 @@ class Worker extends EventEmitter {
     this._completions = new Set(); // completion promises in flight
     this._waiters = new Set(); // claim loops waiting for a slot or sleeping
     this._cancels = new Set(); // cancel requests of stop() still on their way
+    this._conns = new Set(); // connections of the worker's own pool (closed at the end, whatever their state)
     this._runPromise = null;
     this._fatal = null; // the error that stopped the worker, rejected by run()
-    this.stats = { claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0 };
+    this._beating = new Set(); // plain-mode jobs that the worker's heartbeat extends
+    this._beatTimer = null;
+    this._beatInFlight = false;
+    this.stats = {
+      claimed: 0, completed: 0, failed: 0, stale: 0, released: 0, claimCalls: 0, extended: 0, extendCalls: 0,
+    };
   }
 
   /** Claims and runs items until stop() or the signal; resolves when all is given back. */
@@ -173,13 +214,42 @@ class Worker extends EventEmitter {
       this._kick();
       for (const lane of this._lanes) {
         if (lane.state === 'claiming' && lane.client) {
-          const sent = cancelActive(lane.client).catch(() => {});
+          const { client } = lane;
+          const sent = cancelActive(client, this._shortMs()).catch(() => {});
           this._cancels.add(sent);
-          sent.then(() => this._cancels.delete(sent));
+          sent.then(() => {
+            this._cancels.delete(sent);
+            // A claim that the cancel did not end (the connection stopped
+            // answering, or the cancel went astray) is not waited for: its
+            // connection is closed, and the server rolls the claim back.
+            const timer = setTimeout(() => {
+              if (lane.client === client && lane.state === 'claiming') destroySocket(client);
+            }, this._shortMs());
+            if (timer.unref) timer.unref();
+          });
         }
       }
     }
     return this._runPromise || Promise.resolve();
+  }
+
+  /**
+   * How long stop() waits for one step of its own (a cancel request to be
+   * answered, a cancelled claim to return, the pool to close): at most 5 s,
+   * and less with a shorter callTimeout.
+   */
+  _shortMs() {
+    return Math.min(5000, this.callTimeout);
+  }
+
+  /**
+   * When stop() gives up on outcomes still being written: the grace period,
+   * then one callTimeout. Whatever is not written by then is redelivered
+   * after its lease. So stop() resolves within grace + callTimeout + 2 ×
+   * _shortMs(), whatever the connections do.
+   */
+  _hardDeadline() {
+    return (this._stopRequestedAt || Date.now()) + this.grace + this.callTimeout;
   }
 
   /** The pg.Pool the worker uses (given or its own); set once run() started. */
@@ -192,6 +262,11 @@ class Worker extends EventEmitter {
   }
 
   async _run() {
+    for (const name of this._plainNumbers) {
+      this.logger.warn(`Worker: ${name}: ${this._options[name]} is read as milliseconds (Python reads ` +
+        `a plain number as seconds): name the unit, ${name}Ms: ${this._options[name]}, or give an interval, ` +
+        `${name}: '${this._options[name] / 1000} s'`);
+    }
     const onAbort = () => this.stop();
     if (this._signal) {
       if (this._signal.aborted) this._stopping = true;
@@ -202,6 +277,10 @@ class Worker extends EventEmitter {
       poolConfig: { connectionTimeoutMillis: this.callTimeout, ...(this._options.poolConfig || {}) },
     }, this._poolSize());
     if (!owned) this._checkPool(pool);
+    if (owned) {
+      pool.on('connect', (c) => this._conns.add(c));
+      pool.on('remove', (c) => this._conns.delete(c));
+    }
     this._pool = pool;
     this._ownsPool = owned;
     try {
@@ -235,18 +314,18 @@ class Worker extends EventEmitter {
       // answered (each gives up after 5 s): a pooler that sees the client
       // leave while its cancel request is still open may drop the wrong
       // connection, and PgBouncer 1.18 exits.
-      if (this._cancels.size) await Promise.all([...this._cancels]);
+      if (this._cancels.size) await within(Promise.all([...this._cancels]), this._shortMs());
       for (const lane of this._lanes) {
         // Closed rather than pooled: the server may still act on a cancel.
-        if (lane.client) lane.client.release(true);
+        if (lane.client) this._discard(lane.client);
         lane.client = null;
       }
-      // A pool whose connections stopped answering must not hold stop() up.
+      // A pool whose connections stopped answering must not hold stop() up,
+      // nor keep the process alive afterwards.
       if (this._ownsPool) {
-        let timer;
-        await Promise.race([pool.end().catch(() => {}),
-          new Promise((resolve) => { timer = setTimeout(resolve, 5000); })]);
-        clearTimeout(timer);
+        await within(pool.end().catch(() => {}), this._shortMs());
+        for (const c of this._conns) destroySocket(c);
+        this._conns.clear();
       }
       this.emit('stopped');
     }
@@ -275,6 +354,16 @@ class Worker extends EventEmitter {
   /** A statement of the worker's own, with its deadline (callTimeout, plus `extraMs`). */
   _q(on, text, values, extraMs = 0) {
     return on.query({ text, values, query_timeout: this.callTimeout + extraMs });
+  }
+
+  /** Takes a checked-out client out of the pool and closes its socket at once. */
+  _discard(client) {
+    try {
+      client.release(true);
+    } catch (e) {
+      // released already
+    }
+    destroySocket(client);
   }
 
   _kick() {
@@ -372,7 +461,7 @@ class Worker extends EventEmitter {
         }
         if (lane.client && !(err && typeof err.code === 'string' && err.code.length === 5)) {
           // Not a server error: the connection may be gone; take a new one.
-          lane.client.release(true);
+          this._discard(lane.client);
           lane.client = null;
         }
         if (this._stopping) break;
@@ -591,16 +680,32 @@ class Worker extends EventEmitter {
   _releaseClient(state, destroy) {
     if (state.client && !state.clientGone) {
       state.clientGone = true;
-      state.client.release(destroy ? true : undefined);
+      if (destroy) this._discard(state.client);
+      else state.client.release();
     }
   }
 
   // --- heartbeat ------------------------------------------------------------
 
   _startHeartbeat(state) {
-    // A third of the lease, less up to a tenth at random, so that jobs
-    // claimed together do not all extend at the same instant.
     const third = state.leaseMs / 3;
+    if (!this.transactional) {
+      // Plain mode: one heartbeat for the whole worker, which extends every
+      // job that is due (or due within a sixth of its lease) in one
+      // statement; see _beat().
+      state.beatEvery = Math.max(third, 50);
+      state.nextBeatAt = Date.now() + state.beatEvery;
+      this._beating.add(state);
+      if (!this._beatTimer) {
+        this._beatTimer = setInterval(() => this._beat(), BEAT_TICK_MS);
+        if (this._beatTimer.unref) this._beatTimer.unref();
+      }
+      return;
+    }
+    // Transactional mode: each job's lease is extended inside its own
+    // transaction, on its own timer: a third of the lease, less up to a
+    // tenth at random, so that jobs claimed together do not all extend at
+    // the same instant.
     const every = Math.max(Math.floor(third - Math.random() * third * 0.3), 50);
     state.heartbeatTimer = setInterval(() => {
       if (state.extending || state.finished || state.lost || state.handlerDone) return;
@@ -614,16 +719,73 @@ class Worker extends EventEmitter {
       clearInterval(state.heartbeatTimer);
       state.heartbeatTimer = null;
     }
+    if (this._beating.delete(state) && this._beating.size === 0 && this._beatTimer) {
+      clearInterval(this._beatTimer);
+      this._beatTimer = null;
+    }
+  }
+
+  /**
+   * The plain-mode heartbeat: the jobs whose extension is due, with those
+   * due within a sixth of their lease, extended together in one statement
+   * (claim.extend per token, in one transaction). A stale token refuses
+   * the statement: the jobs are then extended one by one, which tells the
+   * lost lease apart. One job due: claim.extend alone.
+   */
+  _beat() {
+    if (this._beatInFlight) return;
+    const now = Date.now();
+    const due = [];
+    let anyDue = false;
+    for (const state of this._beating) {
+      if (state.extending || state.finished || state.lost || state.handlerDone) continue;
+      if (state.nextBeatAt <= now) anyDue = true;
+      if (state.nextBeatAt - state.beatEvery / 2 <= now) due.push(state);
+    }
+    if (!anyDue) return;
+    for (const state of due) state.nextBeatAt = now + state.beatEvery;
+    if (due.length === 1) {
+      this._extend(due[0], this.lease).catch(() => {});
+      return;
+    }
+    this._beatInFlight = true;
+    for (const state of due) state.extending = true;
+    this.stats.extendCalls += 1;
+    const sql = 'SELECT t::text AS token, claim.extend(t, $2::interval) AS lease_until ' +
+      'FROM pg_catalog.unnest($1::bigint[]) AS t';
+    this._q(this._pool, sql, [due.map((st) => st.job.token), toInterval(this.lease, 'lease')]).then(
+      ({ rows }) => {
+        const byToken = new Map(rows.map((r) => [r.token, r.lease_until]));
+        for (const state of due) {
+          state.extending = false;
+          if (byToken.has(state.job.token)) {
+            state.job.leaseUntil = byToken.get(state.job.token);
+            this.stats.extended += 1;
+          }
+        }
+      },
+      (err) => {
+        for (const state of due) state.extending = false;
+        if (isStale(mapError(err))) {
+          for (const state of due) this._extend(state, this.lease).catch(() => {});
+        } else {
+          this.logger.warn(`heartbeat of ${due.length} jobs failed: ${errorText(err)}; trying again`);
+          for (const state of due) state.nextBeatAt = Date.now() + Math.min(state.beatEvery, 1000);
+        }
+      },
+    ).finally(() => { this._beatInFlight = false; });
   }
 
   async _extend(state, lease) {
     state.extending = true;
     // In transactional mode, inside the handler's transaction (see _runTransactional).
     const on = state.inTx && state.client && !state.clientGone ? state.client : this._pool;
+    this.stats.extendCalls += 1;
     try {
       const { rows } = await this._q(on, 'SELECT claim.extend($1::bigint, $2::interval) AS lease_until',
         [state.job.token, toInterval(lease, 'lease')]);
       state.job.leaseUntil = rows[0].lease_until;
+      this.stats.extended += 1;
       return rows[0].lease_until;
     } catch (err) {
       const mapped = mapError(err);
@@ -697,7 +859,10 @@ class Worker extends EventEmitter {
         return await send();
       } catch (err) {
         if (attempt >= OUTCOME_TRIES || !(isTransient(err) || (err && err.code === '57014'))) throw err;
-        await sleep(jitter(delay));
+        const pause = jitter(delay);
+        // After stop(), no retry past the deadline of the outcomes.
+        if (this._stopping && Date.now() + pause + this.callTimeout > this._hardDeadline()) throw err;
+        await sleep(pause);
         delay *= 2;
       }
     }
@@ -799,10 +964,21 @@ class Worker extends EventEmitter {
       if (state.handlerDone) continue; // its outcome is being written
       releases.push(this._abandon(state));
     }
-    await Promise.all(releases);
+    const hard = this._hardDeadline();
+    await within(Promise.all(releases), hard - Date.now());
     if (this._batch.length) this._flushBatch();
     if (this._pendingDone.length) this._completeEach(this._pendingDone.splice(0));
-    while (this._completions.size) await Promise.allSettled([...this._completions]);
+    while (this._completions.size && Date.now() < hard) {
+      await within(Promise.allSettled([...this._completions]), hard - Date.now());
+    }
+    // What is still unwritten (the connections stopped answering) is
+    // redelivered after its lease.
+    for (const state of [...this._jobs]) {
+      this.logger.error(`item ${state.job.id}: its outcome was not written before the stop deadline; ` +
+        'it is redelivered after its lease');
+      this._settled(state, 'dropped');
+    }
+    this._completions.clear();
   }
 
   async _abandon(state) {
@@ -811,7 +987,7 @@ class Worker extends EventEmitter {
     state.controller.abort(new Error('the worker stopped and its grace period ended'));
     if (state.client && !state.clientGone) {
       // Stop the transaction: cancel its statement, close its connection.
-      await cancelActive(state.client);
+      await cancelActive(state.client, this._shortMs());
       this._releaseClient(state, true);
     }
     try {

@@ -133,3 +133,30 @@ test('RetryError checks its delay', () => {
   assert.equal(r.afterMs, 1500);
   assert.equal(r.message, 'busy');
 });
+
+test('bad connection settings fail fast: BadConnectionError (3D000, 28000), a TypeError for a bad string', async () => {
+  const { Worker, BadConnectionError, TransientError } = pgc;
+  const quiet = { info() {}, warn() {}, error() {} };
+  const u = new URL(process.env.PG_CLAIM_DSN);
+  // The server itself, also when PG_CLAIM_DSN is a pooler's.
+  const { rows: [srv] } = await pool.query('SELECT host(inet_server_addr()) AS host, inet_server_port() AS port');
+  u.hostname = srv.host;
+  u.port = String(srv.port);
+  const noDb = new URL(u.toString());
+  noDb.pathname = `/${uniqueName('no_such_db')}`;
+  const noRole = new URL(u.toString());
+  noRole.username = uniqueName('no_such_role');
+  for (const [dsn, code] of [[noDb.toString(), '3D000'], [noRole.toString(), '28000']]) {
+    const c = new Client({ connectionString: dsn });
+    await rejectsWith(c.stats(), BadConnectionError, code);
+    await c.close();
+    const t0 = Date.now();
+    const w = new Worker({ connectionString: dsn, queue, wait: 200, logger: quiet, handler: async () => {} });
+    await assert.rejects(w.run(), (err) => err instanceof BadConnectionError && !(err instanceof TransientError));
+    assert.ok(Date.now() - t0 < 10000);
+  }
+  const w = new Worker({ connectionString: 'host=127.0.0.1 dbname', queue, logger: quiet, handler: async () => {} });
+  await assert.rejects(w.run(), TypeError);
+  assert.equal(pgc.errorClass('28P01'), BadConnectionError);
+  assert.ok(pgc.isFatal({ code: '3D000', message: 'database "x" does not exist' }));
+});

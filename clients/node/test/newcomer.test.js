@@ -80,8 +80,8 @@ test('error classes say what happened', async () => {
 
 for (const [label, options, code] of [
   ['a bad interval', { wait: 'soon' }, '22007'],
-  ['a wait out of range', { wait: 2 * 3600 * 1000 }, '22023'],
-  ['a lease of 0', { lease: 0 }, '22023'],
+  ['a wait out of range', { waitMs: 2 * 3600 * 1000 }, '22023'],
+  ['a lease of 0', { leaseMs: 0 }, '22023'],
 ]) {
   test(`the worker stops at once on ${label}`, async () => {
     const q = await newQueue('node_bad');
@@ -186,7 +186,7 @@ test('a handler failure is one warning line; default logging shows it', async ()
   const [id] = await client.enqueueBatch(q, [{}]);
   const { lines, logger } = capture();
   const worker = new Worker({
-    connectionString: DSN, queue: q, wait: 200, logger,
+    connectionString: DSN, queue: q, waitMs: 200, logger,
     handler: async () => { throw new TypeError('no such customer'); },
   });
   worker.on('failed', () => worker.stop());
@@ -196,7 +196,7 @@ test('a handler failure is one warning line; default logging shows it', async ()
   // No logger given: console.warn, on stderr.
   const [id2] = await client.enqueueBatch(q, [{}]);
   const code = `const { Worker } = require(${JSON.stringify(path.join(__dirname, '..'))});
-const w = new Worker({ queue: process.argv[1], wait: 200, handler: async () => { throw new Error('bad payload'); } });
+const w = new Worker({ queue: process.argv[1], waitMs: 200, handler: async () => { throw new Error('bad payload'); } });
 w.on('failed', () => w.stop());
 w.run().then(() => process.exit(0), (e) => { console.error('run rejected', e); process.exit(1); });`;
   const child = spawnSync(process.execPath, ['-e', code, q], { env: { ...process.env, PG_CLAIM_DSN: DSN }, encoding: 'utf8', timeout: 30000 });
@@ -211,7 +211,7 @@ test('a stale token is one line', async () => {
   const [id] = await client.enqueueBatch(q, [{}]);
   const { lines, logger } = capture();
   const worker = new Worker({
-    connectionString: DSN, queue: q, wait: 200, logger,
+    connectionString: DSN, queue: q, waitMs: 200, logger,
     handler: async (job) => {
       await client.cancel(q, [job.id]);
       await sleep(1500);

@@ -71,6 +71,42 @@ test('the heartbeat keeps a 2 s lease alive through a 6 s handler', { timeout: 3
   await client.dropQueue(queue);
 });
 
+test('one heartbeat statement extends many jobs (plain mode); a lost lease among them is told apart', { timeout: 30000 }, async () => {
+  const queue = await newQueue('node_hb_batch', { lease: 1500 });
+  const N = 12;
+  await client.enqueueBatch(queue, Array.from({ length: N }, (_, i) => ({ i })));
+  let running = 0;
+  let lostSeen = 0;
+  let victim = null;
+  const worker = new Worker({
+    connectionString: DSN, queue, concurrency: N, wait: 200, logger: quiet,
+    handler: async (job, ctx) => {
+      running += 1;
+      if (victim === null) victim = job.token;
+      await new Promise((resolve) => {
+        const t = setTimeout(resolve, 3200); // past two leases
+        ctx.signal.addEventListener('abort', () => { lostSeen += 1; clearTimeout(t); resolve(); });
+      });
+      return null;
+    },
+  });
+  const run = worker.run();
+  await waitFor(() => running === N && victim !== null, { what: 'every handler to start' });
+  // One lease is lost under the worker (released from outside): the batch that
+  // carries its token is refused, and the jobs are extended one by one.
+  await pool.query('SELECT claim.release($1::bigint)', [victim]);
+  // The released item is claimed again once its first handler gave up.
+  await waitFor(() => worker.stats.completed === N && worker.stats.stale === 1, { what: 'every outcome', timeout: 20000 });
+  await worker.stop();
+  await run;
+  assert.equal(worker.stats.claimed, N + 1, `every other lease held through the handler: ${JSON.stringify(worker.stats)}`);
+  assert.equal(lostSeen, 1, 'the job whose lease was lost saw its signal aborted');
+  // Each job is extended at least twice; most of them together.
+  assert.ok(worker.stats.extended >= 2 * (N - 1), JSON.stringify(worker.stats));
+  assert.ok(worker.stats.extendCalls * 2 < worker.stats.extended, `statements per extension: ${JSON.stringify(worker.stats)}`);
+  await client.dropQueue(queue);
+});
+
 test('an exception fails the item with its text; RetryError retries after its delay', { timeout: 30000 }, async () => {
   const queue = await newQueue('node_fail', { maxAttempts: 3, backoff: 60000, ...(feats.itemState ? { retain: 60000 } : {}) });
   const [boomId] = await client.enqueueBatch(queue, [{ kind: 'boom' }]);

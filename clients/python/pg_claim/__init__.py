@@ -13,7 +13,7 @@ from ._features import Features
 from .aio import AsyncWorker
 from .client import Client, ItemState, QueueStats
 from .durable import Context as DurableContext, Durable, Suspended, durable
-from .errors import (Cancelled, InvalidArgument, InvalidName, NotInstalled, NotSupported,
+from .errors import (BadConnection, Cancelled, InvalidArgument, InvalidName, NotInstalled, NotSupported,
                      NullArgument, PermissionDenied, PermitMismatch, PgClaimError, QueueExists,
                      ReadOnly, StaleToken, Transient, UnknownQueue, classify, error_class,
                      map_error)
@@ -23,7 +23,7 @@ from .worker import Worker, default_conninfo, default_worker_name
 __version__ = "0.3.0"
 
 __all__ = [
-    "AsyncWorker", "Cancelled", "Client", "Features", "Interval", "InvalidArgument", "InvalidName",
+    "AsyncWorker", "BadConnection", "Cancelled", "Client", "Features", "Interval", "InvalidArgument", "InvalidName",
     "ItemState", "Job", "NotInstalled", "NotSupported", "NullArgument", "PartitionedClient",
     "PartitionUnreachable", "PermissionDenied",
     "PermitMismatch", "PgClaimError", "QueueExists", "QueueStats", "ReadOnly", "Retry",

@@ -5,18 +5,20 @@ these decisions ask for, each in its own way (threads or tasks)."""
 from __future__ import annotations
 
 import json
-import random
-
 import logging
 import os
+import random
+import re
 import socket
 import time
 from typing import Any, Dict, Optional, Tuple
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from ._common import Interval, Job, Retry, to_interval
 from .errors import is_fatal
+from ._deadline import Calls, cancel_in_background, cut
 
 log = logging.getLogger("pg_claim.worker")
 
@@ -38,6 +40,38 @@ def default_conninfo(conninfo: Optional[str] = None) -> str:
     if conninfo:
         return conninfo
     return os.environ.get("PG_CLAIM_DSN", "")
+
+
+def _given_params(conninfo: str) -> Dict[str, Any]:
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return {}
+
+
+def interval_seconds(value: Any) -> float:
+    """Seconds of an interval given as a number (seconds), a timedelta or a
+    simple string ('10 s', '500 ms', '2 min'); an interval not read here
+    gives an hour (a generous deadline)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    seconds = getattr(value, "total_seconds", None)
+    if seconds is not None:
+        return float(seconds())
+    m = re.match(r"^\s*([0-9.]+)\s*(ms|msec|millisecond|milliseconds|s|sec|secs|second|seconds|"
+                 r"min|mins|minute|minutes|h|hour|hours)?\s*$", str(value), re.I)
+    if not m:
+        return 3600.0
+    n, unit = float(m.group(1)), (m.group(2) or "s").lower()
+    if unit.startswith("m") and unit not in ("min", "mins", "minute", "minutes"):
+        return n / 1000
+    if unit.startswith("min"):
+        return n * 60
+    if unit.startswith("h"):
+        return n * 3600
+    return n
 
 
 def default_worker_name() -> str:
@@ -140,6 +174,8 @@ class SlotState:
         self.closed = False
         self.conn: Any = None          # the slot's connection (sync or async)
         self.beat_conn: Any = None     # the heartbeat's own, once the slot's broke mid-job
+        self.cancel_thread: Any = None  # the last cancel request's sender
+        self.first_cancel = 0.0         # when a stop first cancelled its claim
         self._cur: Any = None
 
     def claim_cursor(self) -> Any:
@@ -194,11 +230,14 @@ class WorkerBase:
                  name: Optional[str] = None, heartbeat: bool = True, burst: bool = False,
                  max_jobs: Optional[int] = None, prepare: bool = False,
                  connect_kwargs: Optional[Dict[str, Any]] = None,
-                 handle_signals: bool = True, cancel_on_stop: bool = True) -> None:
+                 handle_signals: bool = True, cancel_on_stop: bool = True,
+                 call_timeout: Optional[float] = 30.0) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if grace < 0:
             raise ValueError("grace must not be negative")
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError("call_timeout must be seconds > 0 (or None: no deadline)")
         self.conninfo = default_conninfo(conninfo)
         self.queue = queue
         self.handler = handler
@@ -215,6 +254,10 @@ class WorkerBase:
         self.connect_kwargs = dict(connect_kwargs or {})
         self.handle_signals = handle_signals
         self.cancel_on_stop = cancel_on_stop
+        self.call_timeout = None if call_timeout is None else float(call_timeout)
+        # How much longer than call_timeout a claim may take: its wait.
+        self._wait_seconds = interval_seconds(self.wait)
+        self._calls = Calls(self.call_timeout, self._label())
         self._tickets = 0
         self._fatal: Optional[BaseException] = None
         self._init_runtime()
@@ -229,7 +272,19 @@ class WorkerBase:
         """Connection arguments of a connection of its own (shutdown's release)."""
         kwargs = dict(self.connect_kwargs)
         kwargs.setdefault("prepare_threshold", None)
+        return self._timed_kwargs(kwargs)
+
+    def _timed_kwargs(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """``kwargs`` with a connect_timeout (call_timeout, at least 2 s)
+        unless the caller or the connection string set one."""
+        if self.call_timeout is not None and "connect_timeout" not in _given_params(self.conninfo):
+            kwargs.setdefault("connect_timeout", max(2, int(self.call_timeout + 0.999)))
         return kwargs
+
+    def _short(self) -> float:
+        """How long a stop waits for one step of its own (a cancel request
+        to be answered): at most 5 s, less with a shorter call_timeout."""
+        return min(5.0, self.call_timeout) if self.call_timeout is not None else 5.0
 
     # -- tickets (max_jobs); the caller holds the worker's lock, if any -----
     def _ticket(self) -> bool:
@@ -290,10 +345,34 @@ class WorkerBase:
         was told not to."""
         conn = slot.conn
         if self.cancel_on_stop and conn is not None and not conn.closed:
-            try:
-                conn.cancel()
-            except psycopg.Error as exc:
-                log.debug("cancel failed: %s", exc)
+            prior = slot.cancel_thread
+            if prior is not None and prior.is_alive():
+                return   # the last one is still on its way (no answer yet)
+            # From a thread of its own: libpq's cancel request waits for the
+            # server without a timeout.
+            slot.cancel_thread = cancel_in_background(conn)
+            if not slot.first_cancel:
+                slot.first_cancel = time.monotonic()
+
+    def _cut_stuck_claim(self, slot: SlotState, now: float) -> None:
+        """A claim that its cancel did not end within twice _short() (the
+        connection stopped answering, or the cancel went astray) is not
+        waited for: its connection is shut down, and the server rolls the
+        claim back."""
+        if slot.first_cancel and now - slot.first_cancel > 2 * self._short() and slot.conn is not None:
+            slot.first_cancel = now   # once per period
+            log.warning("worker %s: slot %d: the cancelled claim did not end; closing its connection",
+                        self._label(), slot.index)
+            cut(slot.conn)
+
+    def _cancels_sent(self) -> None:
+        """Waits (at most _short() in all) for the cancel requests still on
+        their way, before their connections are closed."""
+        end = time.monotonic() + self._short()
+        for slot in getattr(self, "_slots", []):
+            t = slot.cancel_thread
+            if t is not None:
+                t.join(max(0.0, end - time.monotonic()))
 
     def _fatal_first(self, exc: BaseException) -> bool:
         """Records the first fatal error (True when ``exc`` is it, logged)."""

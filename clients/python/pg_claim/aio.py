@@ -17,7 +17,8 @@ from ._features import FEATURES_SQL, Features
 from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
                     OUTCOME_TRIES, HandlerExit, _Abandoned, jittered, _error_text, _sqlstate, log,
                     transient, unstorable)
-from .errors import map_error
+from ._deadline import TimedAsyncCursor, armed
+from .errors import is_fatal, map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
                      LeaseClock, complete_statement, connect_kwargs_for)
 
@@ -98,8 +99,12 @@ class AsyncWorker(WorkerBase):
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError):
                     pass
+        self._calls.start()
         try:
-            await self._start()
+            try:
+                await self._start()
+            except psycopg.Error as exc:
+                self._set_fatal(exc)   # raised below as its PgClaimError
             tasks = [s.task for s in self._slots if s.task is not None]
             stop_wait = asyncio.ensure_future(self._stop.wait())
             try:
@@ -120,6 +125,7 @@ class AsyncWorker(WorkerBase):
             for sig in installed:
                 self._loop.remove_signal_handler(sig)
             await self._close()
+            self._calls.close()
         if self._fatal is not None:
             raise map_error(self._fatal) from self._fatal
         return self.stats
@@ -130,9 +136,12 @@ class AsyncWorker(WorkerBase):
         self.stop()
 
     async def _connect(self) -> "psycopg.AsyncConnection[Any]":
-        kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
+        kwargs = self._timed_kwargs(connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare,
+                                                       self._label()))
+        kwargs.setdefault("cursor_factory", TimedAsyncCursor)
         conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(
             self.conninfo, autocommit=True, **kwargs)
+        conn.pgc_calls = self._calls   # type: ignore[attr-defined]
         return conn
 
     async def _start(self) -> None:
@@ -167,6 +176,8 @@ class AsyncWorker(WorkerBase):
                 if slot.state == "claiming" and now - slot.last_cancel > 0.25:
                     slot.last_cancel = now
                     self._cancel(slot)
+                if slot.state == "claiming":
+                    self._cut_stuck_claim(slot, now)
             await asyncio.wait([s.task for s in alive if s.task is not None], timeout=0.05)
         waiting: List[_ASlot] = []
         held_tx: List[Tuple[_ASlot, Job]] = []
@@ -214,7 +225,8 @@ class AsyncWorker(WorkerBase):
                     conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
                                                                  **self._fresh_kwargs())
                     try:
-                        await conn.execute(*complete_statement(self.features, token, None))
+                        with armed(self._calls, conn):
+                            await conn.execute(*complete_statement(self.features, token, None))
                         self.stats.completed += 1
                     finally:
                         await conn.close()
@@ -235,9 +247,10 @@ class AsyncWorker(WorkerBase):
             conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True,
                                                          **self._fresh_kwargs())
             try:
-                async with conn.transaction():
-                    await conn.execute("SET LOCAL lock_timeout = '5s'")
-                    await conn.execute(RELEASE_SQL, (job.token,))
+                with armed(self._calls, conn):
+                    async with conn.transaction():
+                        await conn.execute("SET LOCAL lock_timeout = '5s'")
+                        await conn.execute(RELEASE_SQL, (job.token,))
             finally:
                 await conn.close()
             self.stats.released += 1
@@ -254,10 +267,36 @@ class AsyncWorker(WorkerBase):
         except psycopg.Error as exc:
             self._log_release(job, exc, fresh=False)
 
+    async def _beat_conn(self, slot: _ASlot) -> "Optional[psycopg.AsyncConnection[Any]]":
+        """The heartbeat's own connection (plain mode: a transactional job's
+        lease can only be extended inside its transaction), opened when the
+        slot's broke."""
+        if self.transactional:
+            return None
+        conn = slot.beat_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = slot.beat_conn = await self._connect()
+                log.warning("worker %s: slot %d lost its connection under a running job; "
+                            "the heartbeat extends from a connection of its own", self._label(),
+                            slot.index)
+            except psycopg.Error as exc:
+                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                return None
+        return conn
+
     async def _close(self) -> None:
+        # The cancel requests still on their way (at most _short() in all),
+        # before their connections close.
+        end = time.monotonic() + self._short()
+        while time.monotonic() < end and any(
+                s.cancel_thread is not None and s.cancel_thread.is_alive() for s in self._slots):
+            await asyncio.sleep(0.05)
         for slot in self._slots:
             slot.closed = True
             await _finish(slot.beat_task)
+            if slot.beat_conn is not None and not slot.beat_conn.closed:
+                await slot.beat_conn.close()
             if slot.conn is not None and not slot.conn.closed:
                 await slot.conn.close()
 
@@ -333,6 +372,9 @@ class AsyncWorker(WorkerBase):
                     await old.close()
                 return
             except psycopg.OperationalError as err:
+                if is_fatal(err):   # the database was dropped, the password changed
+                    self._set_fatal(err)
+                    return
                 self._log_reconnect(slot, err, failed=True, delay=delay)
                 await self._sleep(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
@@ -340,8 +382,10 @@ class AsyncWorker(WorkerBase):
     async def _fetch(self, slot: _ASlot, query: str,
                      params: Optional[Tuple[Any, ...]]) -> List[Tuple[Any, ...]]:
         cur = slot.claim_cursor()
-        await cur.execute(query, params)
-        return await cur.fetchall()
+        # A claim's deadline: its wait in the server, then call_timeout.
+        with armed(self._calls, slot.conn, self._wait_seconds):
+            await cur.execute(query, params)
+            return await cur.fetchall()
 
     async def _claim(self, slot: _ASlot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
         assert self._stop is not None
@@ -437,14 +481,21 @@ class AsyncWorker(WorkerBase):
     async def _process_tx(self, slot: _ASlot, job: Job) -> None:
         conn = slot.conn
         assert conn is not None
+        calls = self._calls
+        mine = calls.arm(conn)   # BEGIN and assert_token, then completion and COMMIT
         try:
             async with conn.transaction():
                 await conn.execute(ASSERT_SQL, (job.token,))
                 job.conn = conn
                 await self._start_job(slot, job)
+                # The handler's statements have no deadline of the worker's.
+                calls.disarm(conn)
+                conn.pgc_handler = True   # type: ignore[attr-defined]
                 try:
                     result = await self._call_handler(job)
                 finally:
+                    conn.pgc_handler = False   # type: ignore[attr-defined]
+                    mine = calls.arm(conn)
                     abandoned, _lost = await self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
@@ -467,6 +518,8 @@ class AsyncWorker(WorkerBase):
             else:
                 await self._fail_now(slot, job, _error_text(exc), after)
         finally:
+            if mine:
+                calls.disarm(conn)
             job.conn = None
 
     async def _release_after_abandon(self, slot: _ASlot, job: Job) -> None:
@@ -538,8 +591,23 @@ class AsyncWorker(WorkerBase):
                         pass
                     continue
                 try:
-                    assert slot.conn is not None and job is not None
-                    await slot.conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    assert job is not None
+                    conn = slot.conn
+                    if conn is None or conn.closed or conn.broken:
+                        conn = await self._beat_conn(slot)
+                    assert conn is not None
+                    try:
+                        await conn.execute(EXTEND_SQL, (job.token, self.lease))
+                    except psycopg.OperationalError as exc:
+                        # The slot's connection died under a running handler:
+                        # extend from the heartbeat's own, so that the lease
+                        # does not run out and hand the job to another worker.
+                        if not transient(exc) or conn is slot.beat_conn:
+                            raise
+                        beat = await self._beat_conn(slot)
+                        if beat is None:
+                            raise
+                        await beat.execute(EXTEND_SQL, (job.token, self.lease))
                     self.stats.extended += 1
                 except asyncio.CancelledError:
                     raise

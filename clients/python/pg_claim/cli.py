@@ -26,7 +26,7 @@ import psycopg
 
 from . import __version__
 from .client import Client, QueueStats
-from .errors import (InvalidArgument, NotInstalled, NotSupported, PermissionDenied, PgClaimError,
+from .errors import (BadConnection, InvalidArgument, NotInstalled, NotSupported, PermissionDenied, PgClaimError,
                      ReadOnly, Transient, UnknownQueue, classify, map_error)
 from ._common import Job
 from .worker import Worker
@@ -41,6 +41,7 @@ EXIT_CODES: Tuple[Tuple[Type[PgClaimError], int], ...] = (
     (NotSupported, 7),
     (Transient, 8),
     (ReadOnly, 9),
+    (BadConnection, 10),
 )
 
 EXIT_HELP = """exit status:
@@ -54,6 +55,8 @@ EXIT_HELP = """exit status:
   7  NotSupported      the server's pg_claim lacks this function (0A000, 42883)
   8  Transient         no connection, or lost; serialization failure; shutdown
   9  ReadOnly          a hot standby or a read-only transaction (25006)
+ 10  BadConnection     a connection string libpq cannot parse, an unknown database,
+                    role or a wrong password (3D000, 28000, 28P01)
 
 connection: --dsn, else $PG_CLAIM_DSN, else libpq's PG* variables
 (PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, ...)."""

@@ -6,6 +6,7 @@ a psycopg error into the matching class below, keeping the original as
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, Optional, Tuple, Type
 
 import psycopg
@@ -106,6 +107,31 @@ class NotInstalled(PgClaimError):
     sqlstate = "3F000"
 
 
+class BadConnection(PgClaimError):
+    """The connection settings are wrong, and trying again will not fix them:
+    a connection string libpq cannot parse, a database that does not exist
+    (3D000), a role that does not exist or may not log in (28000), a wrong
+    password (28P01). Workers stop at once and raise it. A host that cannot
+    be reached or resolved is :class:`Transient` (a server restarting, DNS
+    not ready yet). ``sqlstate`` is the server's when it sent one (psycopg
+    before 3.2 passes none on for a failed connection attempt)."""
+
+    sqlstate = None
+
+
+#: SQLSTATEs of :class:`BadConnection`.
+BAD_CONNECTION_SQLSTATES = frozenset({"3D000", "28000", "28P01"})
+
+# libpq's texts for the same, when psycopg gives no SQLSTATE (a failed
+# connection attempt has none before psycopg 3.2): the server's FATAL
+# message, or libpq's own about the connection string.
+_BAD_CONNECTION_TEXT = re.compile(
+    r'FATAL:\s+(database "[^"]*" does not exist|role "[^"]*" does not exist'
+    r'|password authentication failed|no pg_hba\.conf entry|role "[^"]*" is not permitted to log in)'
+    r'|invalid connection option|missing "=" after|in connection info string|invalid URI'
+    r'|invalid (integer|port|sslmode) value|unterminated quoted string')
+
+
 class Transient(PgClaimError):
     """A failure that a later try may not meet: the connection was lost or
     could not be made (class 08, or no SQLSTATE at all), 40001
@@ -147,6 +173,8 @@ def error_class(sqlstate: Optional[str], message: Optional[str] = None) -> Type[
     cls = _BY_SQLSTATE.get(sqlstate)
     if cls is not None:
         return cls
+    if sqlstate in BAD_CONNECTION_SQLSTATES:
+        return BadConnection
     if sqlstate == "42P01" and message is not None and 'relation "claim.' in message:
         return NotInstalled   # a view of schema claim is missing: no extension
     if sqlstate in TRANSIENT_SQLSTATES or sqlstate[:2] in ("08", "53"):
@@ -162,6 +190,8 @@ def classify(exc: BaseException) -> Type[PgClaimError]:
     if isinstance(exc, PgClaimError):
         return type(exc)
     sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None and isinstance(exc, psycopg.Error) and _BAD_CONNECTION_TEXT.search(str(exc)):
+        return BadConnection
     if sqlstate is None and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return Transient
     diag = getattr(exc, "diag", None)
@@ -171,7 +201,8 @@ def classify(exc: BaseException) -> Type[PgClaimError]:
 # What a worker does with an error of each class: stop at once and raise it
 # from run() (nothing will change by trying again), or retry with backoff.
 FATAL_CLASSES: Tuple[Type[PgClaimError], ...] = (
-    UnknownQueue, InvalidName, InvalidArgument, PermissionDenied, NotInstalled, NotSupported)
+    UnknownQueue, InvalidName, InvalidArgument, PermissionDenied, NotInstalled, NotSupported,
+    BadConnection)
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -197,6 +228,7 @@ def map_error(exc: psycopg.Error) -> PgClaimError:
 __all__ = [
     "PgClaimError", "StaleToken", "PermitMismatch", "UnknownQueue", "QueueExists",
     "InvalidName", "InvalidArgument", "NullArgument", "PermissionDenied", "ReadOnly",
-    "Cancelled", "NotSupported", "NotInstalled", "Transient", "error_class", "classify",
+    "Cancelled", "NotSupported", "NotInstalled", "BadConnection", "Transient", "error_class",
+    "classify", "BAD_CONNECTION_SQLSTATES",
     "is_fatal", "is_transient", "map_error", "FATAL_CLASSES", "TRANSIENT_SQLSTATES",
 ]

@@ -28,7 +28,8 @@ from ._features import FEATURES_SQL, Features
 from ._loop import (OUTCOME_TRIES, HandlerExit, jittered, transient, unstorable, BACKOFF_FIRST, BACKOFF_MAX, CANCELED, FATAL, STALE, SlotState, WorkerBase,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
-from .errors import map_error
+from ._deadline import TimedCursor, armed, cut
+from .errors import is_fatal, map_error
 
 __all__ = ["Worker", "default_conninfo", "default_worker_name", "ClaimSQL", "LeaseClock",
            "connect_kwargs_for", "log_failure", "STALE", "CANCELED", "FATAL",
@@ -181,6 +182,11 @@ class Worker(WorkerBase):
     - ``cancel_on_stop``: a stop cancels the claims waiting in the server
       (and, past the grace period, a transactional handler's statement).
       With False, a stop waits for waiting claims to end (at most ``wait``).
+    - ``call_timeout``: seconds (default 30; None: none) that each statement
+      of the worker's own may take (a claim: its ``wait`` and this), and
+      connecting: a connection that stops answering without closing has its
+      socket shut down, and the slot takes a new one. The handler's own
+      statements are never timed.
 
     The handler's return value (JSON-serializable) is the item's result. An
     exception fails the attempt with its text; :class:`Retry` fails it with a
@@ -219,8 +225,12 @@ class Worker(WorkerBase):
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 old_handlers[sig] = signal.signal(sig, self._on_signal)
+        self._calls.start()
         try:
-            self._start()
+            try:
+                self._start()
+            except psycopg.Error as exc:
+                self._set_fatal(exc)   # raised below as its PgClaimError
             while not self._stop.is_set():
                 if not any(s.thread is not None and s.thread.is_alive() for s in self._slots):
                     break
@@ -232,6 +242,7 @@ class Worker(WorkerBase):
             for sig, old in old_handlers.items():
                 signal.signal(sig, old)
             self._close()
+            self._calls.close()
         if self._fatal is not None:
             raise map_error(self._fatal) from self._fatal
         return self.stats
@@ -253,8 +264,12 @@ class Worker(WorkerBase):
             self.stop()
 
     def _connect(self) -> "psycopg.Connection[Any]":
-        kwargs = connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare, self._label())
-        return psycopg.connect(self.conninfo, autocommit=True, **kwargs)
+        kwargs = self._timed_kwargs(connect_kwargs_for(self.conninfo, self.connect_kwargs, self.prepare,
+                                                       self._label()))
+        kwargs.setdefault("cursor_factory", TimedCursor)
+        conn = psycopg.connect(self.conninfo, autocommit=True, **kwargs)
+        conn.pgc_calls = self._calls   # type: ignore[attr-defined]
+        return conn
 
     def _start(self) -> None:
         for i in range(self.concurrency):
@@ -294,6 +309,8 @@ class Worker(WorkerBase):
                     if slot.state == "claiming" and now - slot.last_cancel > 0.25:
                         slot.last_cancel = now
                         self._cancel(slot)
+                    if slot.state == "claiming":
+                        self._cut_stuck_claim(slot, now)
             alive[0].thread.join(0.05)  # type: ignore[union-attr]
         # Past the grace period: give back what is still held.
         waiting_tx: List[Tuple[_Slot, Job]] = []
@@ -331,7 +348,7 @@ class Worker(WorkerBase):
     def _release_fresh(self, slot: _Slot, job: Job) -> None:
         try:
             with psycopg.connect(self.conninfo, autocommit=True, **self._fresh_kwargs()) as conn:
-                with conn.transaction():
+                with armed(self._calls, conn), conn.transaction():
                     conn.execute("SET LOCAL lock_timeout = '5s'")
                     conn.execute(RELEASE_SQL, (job.token,))
             self._count(slot, "released")
@@ -369,6 +386,14 @@ class Worker(WorkerBase):
         return conn
 
     def _close(self) -> None:
+        self._cancels_sent()
+        for slot in self._slots:
+            # A claim still waiting on a connection that does not answer
+            # (its cancel did not end it): shut the connection down, so that
+            # the slot's thread ends too.
+            if slot.thread is not None and slot.thread.is_alive() and slot.state == "claiming":
+                cut(slot.conn)
+                slot.thread.join(0.5)
         for slot in self._slots:
             if slot.beat_conn is not None:
                 try:
@@ -462,14 +487,19 @@ class Worker(WorkerBase):
                     old.close()
                 return
             except psycopg.OperationalError as err:
+                if is_fatal(err):   # the database was dropped, the password changed
+                    self._set_fatal(err)
+                    return
                 self._log_reconnect(slot, err, failed=True, delay=delay)
                 self._stop.wait(jittered(delay))
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def _fetch(self, slot: _Slot, query: str, params: Any = None) -> List[Tuple[Any, ...]]:
         cur = slot.claim_cursor()
-        cur.execute(query, params)
-        return cur.fetchall()
+        # A claim's deadline: its wait in the server, then call_timeout.
+        with armed(self._calls, slot.conn, self._wait_seconds):
+            cur.execute(query, params)
+            return cur.fetchall()
 
     def _claim(self, slot: _Slot, pending: List[int]) -> Optional[List[Tuple[Any, ...]]]:
         """Claim one job (completing ``pending`` in the same statement when
@@ -562,14 +592,21 @@ class Worker(WorkerBase):
     def _process_tx(self, slot: _Slot, job: Job) -> None:
         conn = slot.conn
         assert conn is not None
+        calls = self._calls
+        mine = calls.arm(conn)   # BEGIN and assert_token, then completion and COMMIT
         try:
             with conn.transaction():
                 conn.execute(ASSERT_SQL, (job.token,))
                 job.conn = conn
                 self._start_job(slot, job)
+                # The handler's statements have no deadline of the worker's.
+                calls.disarm(conn)
+                conn.pgc_handler = True   # type: ignore[attr-defined]
                 try:
                     result = self._call_handler(job)
                 finally:
+                    conn.pgc_handler = False   # type: ignore[attr-defined]
+                    mine = calls.arm(conn)
                     abandoned, lost = self._end_job(slot)
                 if abandoned:
                     raise _Abandoned()
@@ -591,6 +628,8 @@ class Worker(WorkerBase):
             else:
                 self._fail_now(slot, job, _error_text(exc), after)
         finally:
+            if mine:
+                calls.disarm(conn)
             job.conn = None
 
     def _abandoned(self, slot: _Slot) -> bool:

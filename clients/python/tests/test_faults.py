@@ -228,10 +228,11 @@ def test_sync_signal_handler_takes_no_lock(dsn: str, queue: str) -> None:
     assert worker.stopping
 
 
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
 def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
                                                               conn: "psycopg.Connection[Any]",
                                                               client: pg_claim.Client,
-                                                              queue: str) -> None:
+                                                              queue: str, kind: str) -> None:
     if not scalar(conn, "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE pid = %s",
                   (conn.info.backend_pid,)):
         pytest.skip("behind a pooler: the slot's server backend cannot be told apart")
@@ -251,9 +252,24 @@ def test_heartbeat_survives_the_slot_connection_dying_mid_job(dsn: str,
             time.sleep(0.25)
         return {"ok": True}
 
-    worker = pg_claim.Worker(dsn, queue, handler, lease=1, wait=0.2, burst=True, name=name,
-                             handle_signals=False)
-    stats = worker.run()
+    async def ahandler(job: pg_claim.Job) -> Any:
+        conn.execute("SELECT pg_catalog.pg_terminate_backend(%s)",
+                     (worker._slots[0].conn.info.backend_pid,))
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            probe_claims[0] += len(conn.execute("SELECT id FROM claim.claim_next(%s)",
+                                                (queue,)).fetchall())
+            await asyncio.sleep(0.25)
+        return {"ok": True}
+
+    if kind == "threads":
+        worker = pg_claim.Worker(dsn, queue, handler, lease=1, wait=0.2, burst=True, name=name,
+                                 handle_signals=False)
+        stats = worker.run()
+    else:
+        worker = pg_claim.AsyncWorker(dsn, queue, ahandler, lease=1, wait=0.2, burst=True,
+                                      name=name, handle_signals=False)
+        stats = asyncio.run(worker.run())
     assert probe_claims[0] == 0, "another claimer got the item while its handler ran"
     assert stats.completed == 1, stats
 
@@ -270,3 +286,122 @@ def test_unknown_counts_stay_none(dsn: str) -> None:
         c._exec = lambda *a, **k: FakeCursor()   # type: ignore[method-assign]
         [s] = c.stats()
     assert (s.ready, s.scheduled, s.claimed, s.dead) == (None, 2, None, 0)
+
+
+class _BlackholeProxy:
+    """A TCP proxy to the server that can stop forwarding without closing
+    anything (a half-open connection, seen from the worker)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket as _socket
+        self.target = (host, port)
+        self.blackhole = False
+        self.sockets: List[Any] = []
+        self.server = _socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket as _socket
+        while not self._closed:
+            try:
+                inbound, _ = self.server.accept()
+            except OSError:
+                return
+            self.sockets.append(inbound)
+            if self.blackhole:
+                continue   # accepted, never answered
+            outbound = _socket.create_connection(self.target)
+            self.sockets.append(outbound)
+            for a, b in ((inbound, outbound), (outbound, inbound)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a: Any, b: Any) -> None:
+        while True:
+            try:
+                data = a.recv(65536)
+            except OSError:
+                return
+            if not data:
+                if not self.blackhole:
+                    b.close()
+                return
+            if not self.blackhole:
+                try:
+                    b.sendall(data)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        import socket as _socket
+        self._closed = True
+        # shutdown() first: it wakes the threads blocked in accept() and
+        # recv() (close() alone does not), so none outlives the test.
+        for s in [self.server, *self.sockets]:
+            try:
+                s.shutdown(_socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_connection_that_stops_answering_does_not_hang_the_worker(dsn: str, conn: "psycopg.Connection[Any]",
+                                                                 client: pg_claim.Client, queue: str,
+                                                                 kind: str) -> None:
+    """Issue 43 item 5: the worker's connections stop answering without
+    closing while its claim waits in the server and a completion is due.
+    Every statement of the worker's own has a deadline (call_timeout; a
+    claim: its wait and call_timeout), cancel requests are sent from threads
+    of their own, and a claim that its cancel does not end is shut down: run()
+    returns within about grace + 2 × call_timeout."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    params = conninfo_to_dict(dsn)
+    params["host"], params["port"] = conn.execute(
+        "SELECT host(inet_server_addr()), inet_server_port()").fetchone()
+    proxy = _BlackholeProxy(params["host"], int(params["port"]))
+    proxied = make_conninfo(**{**params, "host": "127.0.0.1", "port": str(proxy.port)})
+    client.enqueue_batch(queue, [{}])
+    started = threading.Event()
+    grace, call_timeout = 1.0, 1.0
+
+    def handler(job: pg_claim.Job) -> None:
+        proxy.blackhole = True   # from now on nothing reaches the server, nothing comes back
+        started.set()
+        time.sleep(0.1)
+
+    async def ahandler(job: pg_claim.Job) -> None:
+        handler(job)
+
+    try:
+        if kind == "threads":
+            worker: Any = pg_claim.Worker(proxied, queue, handler, wait="10 s", grace=grace,
+                                          call_timeout=call_timeout, handle_signals=False)
+            done = threading.Event()
+            threading.Thread(target=lambda: (worker.run(), done.set()), daemon=True).start()
+            assert started.wait(20)
+            time.sleep(0.7)   # the claim now waits on a connection that no longer answers
+            t0 = time.monotonic()
+            worker.stop()
+            assert done.wait(20), "run() hung"
+            took = time.monotonic() - t0
+        else:
+            async def main() -> float:
+                worker = pg_claim.AsyncWorker(proxied, queue, ahandler, wait="10 s", grace=grace,
+                                              call_timeout=call_timeout, handle_signals=False)
+                task = asyncio.ensure_future(worker.run())
+                while not started.is_set():
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.7)
+                t0 = time.monotonic()
+                worker.stop()
+                await asyncio.wait_for(task, 20)
+                return time.monotonic() - t0
+            took = asyncio.run(main())
+        # The bound is grace + 2 × call_timeout here; 3 s more for a loaded machine.
+        assert took < grace + 2 * call_timeout + 3, took
+    finally:
+        proxy.close()

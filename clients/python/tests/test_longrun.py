@@ -122,7 +122,9 @@ def test_long_run_exactly_once_and_flat(dsn: str, kind: str) -> None:
         assert stats.completed == JOBS
         assert tuple(row) == (JOBS, JOBS), "one committed row per item: exactly once"
         assert report["max_conns"] <= CONCURRENCY + 1
-        assert report["max_threads"] <= 2 * CONCURRENCY + 3
+        # A slot and a heartbeat thread per slot; the main thread, the
+        # deadlines' watchdog, pytest's and a spare.
+        assert report["max_threads"] <= 2 * CONCURRENCY + 4
         assert report["max_tasks"] <= 3 * CONCURRENCY + 4
         assert last["mem"] < first["mem"] * 1.5 + 8, report
     finally:

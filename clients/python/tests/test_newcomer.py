@@ -69,6 +69,40 @@ def test_error_classes_say_what_happened(client: pg_claim.Client, queue: str) ->
     assert not is_fatal(psycopg.OperationalError("connection lost"))
 
 
+def test_bad_connection_settings_fail_fast(dsn: str, queue: str) -> None:
+    """A connection string libpq cannot parse, an unknown database, an unknown
+    role: BadConnection, at once, from every entry point (the workers do not
+    retry it); a server that is not there stays Transient."""
+    params = conninfo_to_dict(dsn)
+    with connect(dsn) as c:   # the server itself, also when PG_CLAIM_DSN is a pooler's
+        params["host"], params["port"] = c.execute(
+            "SELECT host(inet_server_addr()), inet_server_port()").fetchone()
+    bad = {
+        "syntax": "host=127.0.0.1 dbname",
+        "option": dsn + ("&" if "?" in dsn else "?") + "bogus_option=1",
+        "database": make_conninfo(**{**params, "dbname": "no_such_db_" + uuid.uuid4().hex[:6]}),
+        "role": make_conninfo(**{**params, "user": "no_such_role_" + uuid.uuid4().hex[:6]}),
+    }
+    for what, bad_dsn in bad.items():
+        with pytest.raises(pg_claim.BadConnection):
+            pg_claim.Client(bad_dsn)
+        assert is_fatal(pg_claim.BadConnection("x")), what
+        for cls in (pg_claim.Worker, pg_claim.AsyncWorker):
+            w = cls(bad_dsn, queue, lambda job: None, wait=0.2, handle_signals=False)
+            t0 = time.monotonic()
+            with pytest.raises(pg_claim.BadConnection) as ei:
+                if cls is pg_claim.Worker:
+                    w.run()
+                else:
+                    asyncio.run(w.run())
+            assert time.monotonic() - t0 < 10, (what, cls)
+            assert not isinstance(ei.value, pg_claim.Transient)
+    for sqlstate in ("3D000", "28000", "28P01"):
+        assert pg_claim.error_class(sqlstate) is pg_claim.BadConnection
+    with pytest.raises(pg_claim.Transient):
+        pg_claim.Client("postgresql://nobody@127.0.0.1:1/none?connect_timeout=3")
+
+
 def test_not_installed(noext_dsn: str) -> None:
     with pg_claim.Client(noext_dsn) as c:
         with pytest.raises(pg_claim.NotInstalled):

@@ -30,6 +30,10 @@ def _name(cell: str) -> str:
     return m.group(1) if m else ""
 
 
+def _names(cell: str) -> Set[str]:
+    return set(re.findall(r"`([A-Za-z_]+)`", cell.split(" (")[0]))
+
+
 def test_every_python_option_is_in_the_table() -> None:
     documented = {_name(r[1]) for r in _table("Worker options")} - {""}
     params = set(inspect.signature(WorkerBase.__init__).parameters) - {"self"}
@@ -38,9 +42,13 @@ def test_every_python_option_is_in_the_table() -> None:
 
 
 def test_every_node_option_is_in_the_table() -> None:
-    documented = {_name(r[3]) for r in _table("Worker options")} - {""}
+    documented: Set[str] = set()
+    for r in _table("Worker options"):
+        documented |= _names(r[3])
     code = open(os.path.join(NODE, "lib", "worker.js"), encoding="utf-8").read()
     used: Set[str] = set(re.findall(r"options\.([A-Za-z]+)", code))
+    for name in re.findall(r"duration\('([A-Za-z]+)'\)", code):   # name and nameMs
+        used |= {name, name + "Ms"}
     used |= set(re.findall(r"const \{ ([a-z, ]+) \} = options", code)[0].replace(" ", "").split(","))
     used -= {"max"}   # pg.Pool's own, from poolConfig
     used |= {"connectionString", "pool", "poolConfig"}   # read by makePool (lib/util.js)
@@ -52,6 +60,27 @@ def test_every_node_option_is_in_the_table() -> None:
     types = open(os.path.join(NODE, "index.d.ts"), encoding="utf-8").read()
     for opt in documented - {"queue", "handler"}:
         assert re.search(rf"\n\s+{opt}\?:", types), f"index.d.ts does not declare {opt}"
+
+
+def test_units_are_in_the_names() -> None:
+    """One meaning for every duration: a Node option that takes a plain
+    number of milliseconds says so in its name (...Ms), its short name takes
+    an interval, and the Python option of the same row reads a plain number
+    as seconds."""
+    rows = [r for r in _table("Worker options") if "milliseconds" in r[4]]
+    assert len(rows) >= 4
+    for r in rows:
+        node = _names(r[3])
+        ms = {n for n in node if n.endswith("Ms")}
+        assert ms, f"{r[0]}: no Node name says milliseconds"
+        assert {n[:-2] for n in ms} <= node, f"{r[0]}: the short name is missing"
+        assert "interval" in r[4] and f"milliseconds under `{ms.pop()}`" in r[4], r[0]
+        if _name(r[1]):
+            assert "seconds" in r[2], f"{r[0]}: the Python unit is not seconds"
+    # Python's durations take a plain number as seconds, and intervals.
+    from pg_claim._loop import interval_seconds
+    assert interval_seconds(30) == 30.0 and interval_seconds("500 ms") == 0.5
+    assert interval_seconds("2 min") == 120.0
 
 
 def test_error_classes_match_both_clients() -> None:
