@@ -25,6 +25,7 @@
 #include "core/rules.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
+#include "pg/direct_probe.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/claim_slots.hpp"
@@ -302,6 +303,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
     ScanPos *cand_pos = (ScanPos *)palloc(sizeof(ScanPos) * n);
     uint64 *cand_group = (uint64 *)palloc(sizeof(uint64) * n);
+    direct::ClaimRow *cand_claim = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * n);
+    bool *cand_has = (bool *)palloc(sizeof(bool) * n);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
     const api::ClaimGrant grant{rsinfo, qname, q.queue_id, now, lease_until, worker, worker_null};
@@ -406,11 +409,12 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         // and either never claimed or expired with attempts left. Nobody
         // else can change these items' claim rows before we commit.
         Snapshot snap = direct::latest();
+        direct::claims_of(t, cand, ncand, snap, cand_claim, cand_has);  // one pass
         for (int i = 0; i < ncand; ++i) {
             int64 id = cand[i];
-            direct::ClaimRow c;
+            const direct::ClaimRow &c = cand_claim[i];
             direct::ItemRow it;
-            bool has = direct::claim_of(t, id, snap, &c);
+            bool has = cand_has[i];
             bool ok = (!has || (c.lease_until <= now && c.attempt < q.max_attempts)) &&
                       direct::item_at(t, &cand_tid[i], snap, &it) && it.ready &&
                       group_admits(q, t, it, id, snap, cand_group[i], now, retry_at) &&
