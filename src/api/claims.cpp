@@ -242,7 +242,7 @@ bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::Item
 struct PassClaimed {
     api::ReadyWalk *w;
     bool *met_any;
-    direct::Tables *t;
+    direct::ClaimCursor *cur;  // claims_pkey read along the walk
     const Snapshot *snap;  // the walk's snapshot (it changes when the walk jumps)
     TimestampTz now;
     bool probe_first;  // the last claim met was live
@@ -260,7 +260,7 @@ bool pass_claimed_now(int64 id, int32 ord, void *arg) {
     }
     if (!p->probe_first) return false;
     direct::ClaimRow c{};
-    bool has = direct::claim_of(p->t, id, *p->snap, &c);
+    bool has = direct::claim_of_cursor(p->cur, id, *p->snap, &c);
     if (has && c.lease_until > p->now) {
         *p->met_any = true;
         (void)api::walk_step(p->w, ScanPos{ord, id}, true, c.lease_until, c.attempt);
@@ -323,7 +323,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                                    scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
-    PassClaimed passing{&w, &met_any, t, &scan_snap, now, true, 0, false, {}};
+    direct::ClaimCursor *cur = direct::claim_cursor_begin(t);
+    PassClaimed passing{&w, &met_any, cur, &scan_snap, now, true, 0, false, {}};
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -359,6 +360,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             if (!fair && group_null &&
                 api::walk_frontier_passed(&w, ScanPos{ord, id}, &to, &to_expires)) {
                 direct::ready_end(scan);
+                direct::claim_cursor_reset(cur);
                 direct::release(scan_snap);
                 scan_snap = direct::latest();
                 scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap);
@@ -372,7 +374,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 has = passing.probed_has;
                 c = passing.probed;
             } else {
-                has = direct::claim_of(t, id, scan_snap, &c);
+                has = fair ? direct::claim_of(t, id, scan_snap, &c)
+                           : direct::claim_of_cursor(cur, id, scan_snap, &c);
                 if (has && c.lease_until > now) passing.probe_first = true;
             }
             passing.probed_id = 0;
@@ -435,6 +438,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         api::fair_source_end(fsrc);
     else
         direct::ready_end(scan);
+    direct::claim_cursor_end(cur);
     direct::release(scan_snap);
     direct::close(t);
     pg::wal_forget(wal);

@@ -151,4 +151,72 @@ void item_tids(Tables *t, const int64 *ids, int n, Snapshot snap, ItemPointerDat
     rows_by_keys(t->items, t->items_pkey, ids, n, snap, t->item_slot, take_tid, &a);
 }
 
+struct ClaimCursor {
+    Tables *t;
+    IndexScanDesc scan;  // claims_pkey from some id on, with `snap`
+    Snapshot snap;
+    int64 last;  // the last id asked about
+    bool entry;  // the scan stands at an entry not consumed yet, of key `key`
+    bool done;   // the scan has no more entries
+    int64 key;
+};
+
+ClaimCursor *claim_cursor_begin(Tables *t) {
+    auto *c = (ClaimCursor *)palloc0(sizeof(ClaimCursor));
+    c->t = t;
+    return c;
+}
+
+void claim_cursor_reset(ClaimCursor *c) {
+    if (c->scan != nullptr) index_endscan(c->scan);
+    c->scan = nullptr;
+    c->snap = nullptr;
+}
+
+void claim_cursor_end(ClaimCursor *c) {
+    claim_cursor_reset(c);
+    pfree(c);
+}
+
+bool claim_of_cursor(ClaimCursor *c, int64 id, Snapshot snap, ClaimRow *out) {
+    Tables *t = c->t;
+    if (t->mode == Mode::Claim && xact_locks_prepared_unknown()) return claim_of(t, id, snap, out);
+    if (c->scan == nullptr || c->snap != snap || id <= c->last) {
+        claim_cursor_reset(c);
+        ScanKeyData k;
+        ScanKeyInit(&k, 1, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(id));
+        c->scan = compat::begin_index_scan(t->claims, t->claims_pkey, snap, 1);
+        c->scan->xs_want_itup = true;
+        index_rescan(c->scan, &k, 1, nullptr, 0);
+        c->snap = snap;
+        c->entry = false;
+        c->done = false;
+    }
+    c->last = id;
+    TupleTableSlot *slot = t->claim_slot;
+    for (;;) {
+        if (!c->entry) {
+            if (c->done || index_getnext_tid(c->scan, ForwardScanDirection) == nullptr) {
+                c->done = true;
+                return false;
+            }
+            bool isnull;
+            c->key = DatumGetInt64(index_getattr(c->scan->xs_itup, 1, c->scan->xs_itupdesc, &isnull));
+            c->entry = true;
+        }
+        if (c->key < id) {
+            c->entry = false;
+            continue;
+        }
+        if (c->key > id) return false;
+        c->entry = false;  // this entry is consumed; a dead version: the next one
+        if (!index_fetch_heap(c->scan, slot)) continue;
+        bool has[1] = {false};
+        ClaimsArg a{out, has};
+        take_claim(0, slot, &a);
+        ExecClearTuple(slot);
+        return true;
+    }
+}
+
 }  // namespace pgclaim::pg::direct

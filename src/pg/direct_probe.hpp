@@ -22,4 +22,15 @@ void items_with_tokens(Tables *t, const int64 *tokens, int n, Snapshot snap, Tok
 void item_tids(Tables *t, const int64 *ids, int n, Snapshot snap, ItemPointerData *tids,
                bool *found);
 
+// claim_of for a walk over the ready index: the items it asks about come in
+// ascending id order (one priority), so one forward scan of claims_pkey
+// answers them, reading each leaf page once. An id not above the last one
+// starts a new scan. Reset it before the snapshot it was used with is
+// released.
+struct ClaimCursor;
+ClaimCursor *claim_cursor_begin(Tables *t);
+bool claim_of_cursor(ClaimCursor *c, int64 item_id, Snapshot snap, ClaimRow *out);
+void claim_cursor_reset(ClaimCursor *c);
+void claim_cursor_end(ClaimCursor *c);
+
 }  // namespace pgclaim::pg::direct
