@@ -12,6 +12,9 @@
 #    pgmq.read(q, 30, 500) + pgmq.delete(q, ids); BENCH_BATCH_CLIENTS (4) clients. Target >= 1.5x.
 # 3. enqueue, one item per transaction: claim.enqueue(q, payload) against pgmq.send(q, payload);
 #    CLIENTS clients.
+# 4. (only with BENCH_ONLY naming it) the batch of 2. against the hand-written SKIP LOCKED batch
+#    of test/bench/run.sh (one UPDATE ... FOR UPDATE SKIP LOCKED of 500 rows, one UPDATE of their
+#    ids), at each of BENCH_HAND_CLIENTS ("4 16") clients. Target >= 2.5x.
 #
 # Environment: CLIENTS (16), THREADS (2), BENCH_DURATION (15; QUICK: 5), WINDOWS (2), BENCH_BACKLOG
 # (300000: the least number of ready items a window starts with), BENCH_ONLY ("1 2 3"),
@@ -48,6 +51,15 @@ cat >"$S/pgmq_batch.sql" <<EOF
 SELECT array_agg(msg_id) AS ids FROM pgmq.read('bench', 30, $BATCH) \gset
 SELECT count(*) FROM pgmq.delete('bench', :ids::bigint[]);
 EOF
+cat >"$S/base_batch.sql" <<EOF
+WITH c AS (
+  UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
+   WHERE id IN (SELECT id FROM q WHERE status = 'new'
+                 ORDER BY id LIMIT $BATCH FOR UPDATE SKIP LOCKED)
+   RETURNING id)
+SELECT array_agg(id) AS ids FROM c \gset
+UPDATE q SET status = 'complete' WHERE id = ANY(:ids::bigint[]);
+EOF
 cat >"$S/claim_enqueue.sql" <<'EOF'
 SELECT claim.enqueue('bench', '{"n":1}');
 EOF
@@ -80,6 +92,7 @@ fill_p()  { fill_pgmq "$(backlog)"; }
 BATCH_BACKLOG=${BENCH_BATCH_BACKLOG:-$(backlog_for 100000 "$DUR" "$BACKLOG")}
 fill_cb() { fill_claim bench "$BATCH_BACKLOG"; }
 fill_pb() { fill_pgmq "$BATCH_BACKLOG"; }
+fill_hb() { fill_baseline "$BATCH_BACKLOG"; }
 empty_c() { fill_claim bench 0; }
 empty_p() { fill_pgmq 0; }
 
@@ -102,6 +115,20 @@ if want 3; then
     log "== 3. enqueue, one per transaction: claim.enqueue vs pgmq.send, $CLIENTS clients"
     ab_windows claim_enq empty_c "$S/claim_enqueue.sql" pgmq_send empty_p "$S/pgmq_send.sql"
 fi
+HAND_CLIENTS=${BENCH_HAND_CLIENTS:-4 16}
+if want 4; then
+    saved=$CLIENTS
+    for c in $HAND_CLIENTS; do
+        log "== 4. batch of $BATCH vs the hand-written SKIP LOCKED batch, $c clients"
+        CLIENTS=$c
+        ab_windows "claim_h$c" fill_cb "$S/claim_batch.sql" "hand_h$c" fill_hb "$S/base_batch.sql"
+        R[claim_h${c}_items]=$(awk -v t="${R[claim_h$c]}" -v b="$BATCH" 'BEGIN { print t * b }')
+        R[hand_h${c}_items]=$(awk -v t="${R[hand_h$c]}" -v b="$BATCH" 'BEGIN { print t * b }')
+        if [[ -n ${R[claim_h${c}_invalid]:-} ]]; then R[claim_h${c}_items_invalid]=1; fi
+        if [[ -n ${R[hand_h${c}_invalid]:-} ]]; then R[hand_h${c}_items_invalid]=1; fi
+    done
+    CLIENTS=$saved
+fi
 
 ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
 {
@@ -113,10 +140,16 @@ ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
     want 1 && ratio_row "1. single claim + complete vs pgmq, $CLIENTS cl" claim_one pgmq_one 1.0 "jobs/s"
     want 2 && ratio_row "2. batch of $BATCH vs pgmq read + delete, $BATCH_CLIENTS cl" claim_b_items pgmq_b_items 1.5 "items/s"
     want 3 && ratio_row "3. enqueue vs pgmq.send, $CLIENTS cl" claim_enq pgmq_send 1.0 "items/s"
+    if want 4; then
+        for c in $HAND_CLIENTS; do
+            ratio_row "4. batch of $BATCH vs hand-written batch, $c cl" "claim_h${c}_items" "hand_h${c}_items" 2.5 "items/s"
+        done
+    fi
     echo
     want 1 && echo "1. windows in run order (tps): ${W_LOG[claim_one]}"
     want 2 && echo "2. windows in run order (batches/s): ${W_LOG[claim_b]}"
     want 3 && echo "3. windows in run order (tps): ${W_LOG[claim_enq]}"
+    if want 4; then for c in $HAND_CLIENTS; do echo "4. $c clients, windows in run order (batches/s): ${W_LOG[claim_h$c]}"; done; fi
     echo "load average at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews both sides alike)"
     echo "logs: $OUT/logs, per-second series: $OUT/series; bench wall time ${ELAPSED}s"
 } | tee "$OUT/summary.txt"
