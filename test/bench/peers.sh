@@ -88,8 +88,8 @@ backlog() {
 }
 fill_c()  { fill_claim bench "$(backlog)"; }
 fill_p()  { fill_pgmq "$(backlog)"; }
-# the batch windows: BENCH_BATCH_BACKLOG, by default room for 150k items/s over the window
-BATCH_BACKLOG=${BENCH_BATCH_BACKLOG:-$(backlog_for 100000 "$DUR" "$BACKLOG")}
+# the batch windows: BENCH_BATCH_BACKLOG, by default room for 240k items/s over the window
+BATCH_BACKLOG=${BENCH_BATCH_BACKLOG:-$(backlog_for 160000 "$DUR" "$BACKLOG")}
 fill_cb() { fill_claim bench "$BATCH_BACKLOG"; }
 fill_pb() { fill_pgmq "$BATCH_BACKLOG"; }
 fill_hb() { fill_baseline "$BATCH_BACKLOG"; }
