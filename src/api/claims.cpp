@@ -26,6 +26,7 @@
 #include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
+#include "pg/direct_probe.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/claim_slots.hpp"
@@ -242,7 +243,7 @@ bool group_admits(const api::QueueInfo &q, direct::Tables *t, const direct::Item
 struct PassClaimed {
     api::ReadyWalk *w;
     bool *met_any;
-    direct::Tables *t;
+    direct::ClaimCursor *cur;  // claims_pkey read along the walk
     const Snapshot *snap;  // the walk's snapshot (it changes when the walk jumps)
     TimestampTz now;
     bool probe_first;  // the last claim met was live
@@ -260,7 +261,7 @@ bool pass_claimed_now(int64 id, int32 ord, void *arg) {
     }
     if (!p->probe_first) return false;
     direct::ClaimRow c{};
-    bool has = direct::claim_of(p->t, id, *p->snap, &c);
+    bool has = direct::claim_of_cursor(p->cur, id, *p->snap, &c);
     if (has && c.lease_until > p->now) {
         *p->met_any = true;
         (void)api::walk_step(p->w, ScanPos{ord, id}, true, c.lease_until, c.attempt);
@@ -303,6 +304,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     ItemPointerData *cand_tid = (ItemPointerData *)palloc(sizeof(ItemPointerData) * n);
     ScanPos *cand_pos = (ScanPos *)palloc(sizeof(ScanPos) * n);
     uint64 *cand_group = (uint64 *)palloc(sizeof(uint64) * n);
+    direct::ClaimRow *cand_claim = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * n);
+    bool *cand_has = (bool *)palloc(sizeof(bool) * n);
     int claimed = 0;
     TimestampTz lease_until = now + lease_us;
     const api::ClaimGrant grant{rsinfo, qname, q.queue_id, now, lease_until, worker, worker_null};
@@ -321,7 +324,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                                    scan_snap);
     bool exhausted = false;
     bool met_any = false;  // a ready item, claimed or not, was seen
-    PassClaimed passing{&w, &met_any, t, &scan_snap, now, true, 0, false, {}};
+    direct::ClaimCursor *cur = direct::claim_cursor_begin(t);
+    PassClaimed passing{&w, &met_any, cur, &scan_snap, now, true, 0, false, {}};
     // Scanning, probing and claiming write only WAL that needs no flush at
     // commit (pruning, the token sequence) besides unlogged rows: forgotten,
     // so a claim commits asynchronously. Items made dead are logged writes.
@@ -357,6 +361,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             if (!fair && group_null &&
                 api::walk_frontier_passed(&w, ScanPos{ord, id}, &to, &to_expires)) {
                 direct::ready_end(scan);
+                direct::claim_cursor_reset(cur);
                 direct::release(scan_snap);
                 scan_snap = direct::latest();
                 scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap);
@@ -370,7 +375,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 has = passing.probed_has;
                 c = passing.probed;
             } else {
-                has = direct::claim_of(t, id, scan_snap, &c);
+                has = fair ? direct::claim_of(t, id, scan_snap, &c)
+                           : direct::claim_of_cursor(cur, id, scan_snap, &c);
                 if (has && c.lease_until > now) passing.probe_first = true;
             }
             passing.probed_id = 0;
@@ -407,11 +413,12 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         // and either never claimed or expired with attempts left. Nobody
         // else can change these items' claim rows before we commit.
         Snapshot snap = direct::latest();
+        direct::claims_of(t, cand, ncand, snap, cand_claim, cand_has);  // one pass
         for (int i = 0; i < ncand; ++i) {
             int64 id = cand[i];
-            direct::ClaimRow c;
+            const direct::ClaimRow &c = cand_claim[i];
             direct::ItemRow it;
-            bool has = direct::claim_of(t, id, snap, &c);
+            bool has = cand_has[i];
             bool ok = (!has || (c.lease_until <= now && c.attempt < q.max_attempts)) &&
                       direct::item_at(t, &cand_tid[i], snap, &it) && it.ready &&
                       group_admits(q, t, it, id, snap, cand_group[i], now, retry_at) &&
@@ -432,6 +439,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         api::fair_source_end(fsrc);
     else
         direct::ready_end(scan);
+    direct::claim_cursor_end(cur);
     direct::release(scan_snap);
     direct::close(t);
     pg::wal_forget(wal);

@@ -11,6 +11,7 @@
 #include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
 #include "pg/direct_read.hpp"
+#include "pg/direct_probe.hpp"
 #include "pg/limits.hpp"
 #include "pg/lineage.hpp"
 #include "shmem/epochs.hpp"
@@ -34,6 +35,20 @@ struct ItemToken {
     int64 item;
     int tok;  // index into the token array
 };
+
+struct Pairs {
+    ItemToken *v;
+    int n, cap;
+};
+
+void add_pair(int k, int64 item, void *arg) {
+    auto *p = (Pairs *)arg;
+    if (p->n == p->cap) {
+        p->cap *= 2;
+        p->v = (ItemToken *)repalloc(p->v, sizeof(ItemToken) * p->cap);
+    }
+    p->v[p->n++] = ItemToken{item, k};
+}
 
 // What a completion needs to know of a queue (pg::FinishSettings), cached
 // per backend like queue definitions.
@@ -77,24 +92,15 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
     TimestampTz now = pg::clock_now();
     direct::Tables *t = direct::open(direct::Mode::Complete);
     Snapshot snap = direct::latest();
-    int npairs = 0, cap = ntok + 4;
-    ItemToken *pairs = (ItemToken *)palloc(sizeof(ItemToken) * cap);
-    for (int k = 0; k < ntok; ++k) {
-        done[k] = false;
-        int64 *ids;
-        int n = direct::items_with_token(t, tokens[k], snap, &ids);
-        for (int i = 0; i < n; ++i) {
-            if (npairs == cap) {
-                cap *= 2;
-                pairs = (ItemToken *)repalloc(pairs, sizeof(ItemToken) * cap);
-            }
-            pairs[npairs++] = ItemToken{ids[i], k};
-        }
-        pfree(ids);
-    }
+    for (int k = 0; k < ntok; ++k) done[k] = false;
+    Pairs pp{(ItemToken *)palloc(sizeof(ItemToken) * (ntok + 4)), 0, ntok + 4};
+    direct::items_with_tokens(t, tokens, ntok, snap, add_pair, &pp);
+    ItemToken *pairs = pp.v;
+    int npairs = pp.n;
     direct::release(snap);
-    std::sort(pairs, pairs + npairs,
-              [](const ItemToken &a, const ItemToken &b) { return a.item < b.item; });
+    std::sort(pairs, pairs + npairs, [](const ItemToken &a, const ItemToken &b) {
+        return a.item < b.item || (a.item == b.item && a.tok < b.tok);
+    });
     int completed = 0;
     bool spi = false;
     int64 *finished = (int64 *)palloc(sizeof(int64) * (npairs > 0 ? npairs : 1));
@@ -102,12 +108,21 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
     if (npairs > 0) {
         for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
         snap = direct::latest();
+        // The claim rows and item rows of every pair under the locks, read
+        // in one pass each (direct_probe.hpp).
+        int64 *ids = (int64 *)palloc(sizeof(int64) * npairs);
+        for (int i = 0; i < npairs; ++i) ids[i] = pairs[i].item;
+        direct::ClaimRow *claims = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * npairs);
+        ItemPointerData *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * npairs);
+        bool *has = (bool *)palloc(sizeof(bool) * npairs * 2), *found = has + npairs;
+        direct::claims_of(t, ids, npairs, snap, claims, has);
+        direct::item_tids(t, ids, npairs, snap, tids, found);
         for (int i = 0; i < npairs; ++i) {
             int k = pairs[i].tok;
-            direct::ClaimRow c;
+            const direct::ClaimRow &c = claims[i];
             direct::ItemRow it;
-            if (!direct::claim_of(t, pairs[i].item, snap, &c) || c.token != tokens[k] ||
-                c.lease_until <= now || !direct::item_get(t, pairs[i].item, snap, &it))
+            if (!has[i] || c.token != tokens[k] || c.lease_until <= now || !found[i] ||
+                !direct::item_at(t, &tids[i], snap, &it))
                 continue;
             bool ok;
             pg::FinishSettings fs = queue_settings(it.queue_id, now, &spi);
