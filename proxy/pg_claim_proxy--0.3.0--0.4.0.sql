@@ -30,7 +30,15 @@ BEGIN
         ('sleep', 'token bigint, until timestamptz', 'void', 'claim.route_token(token)'),
         ('sleep_for', 'token bigint, delay interval', 'void', 'claim.route_token(token)'),
         ('await_event', 'token bigint, event text, timeout interval DEFAULT ''1 day''', 'jsonb', 'claim.route_token(token)'),
-        ('await_children', 'token bigint, children bigint[]', 'jsonb', 'claim.route_token(token)')
+        ('await_children', 'token bigint, children bigint[]', 'jsonb', 'claim.route_token(token)'),
+        -- the coordination service's named primitives (docs/coordination.md,
+        -- "Partitions"): the partition of the name
+        ('elect', 'name text, ttl interval DEFAULT NULL, session bigint DEFAULT NULL, holder text DEFAULT NULL, wait interval DEFAULT ''0''', 'bigint', 'claim.route_hash(name)'),
+        ('resign', 'name text, epoch bigint', 'boolean', 'claim.route_hash(name)'),
+        ('latch', 'name text, count integer', 'void', 'claim.route_hash(name)'),
+        ('count_down', 'name text', 'integer', 'claim.route_hash(name)'),
+        ('latch_wait', 'name text, wait interval DEFAULT ''0''', 'boolean', 'claim.route_hash(name)'),
+        ('barrier', 'name text, parties integer, wait interval', 'integer', 'claim.route_hash(name)')
     ) AS l(name, args, result, route)
     LOOP
         plain := pg_catalog.regexp_replace(r.args, ' DEFAULT [^,]+', '', 'g');
@@ -160,6 +168,34 @@ BEGIN
 EXCEPTION WHEN internal_error THEN
     GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;
     PERFORM claim.raise_unreachable('lease_acquire_shared', part, m);
+    RAISE;
+END
+$$;
+
+-- ===========================================================================
+-- The leader of an election: at the partition of its name.
+-- ===========================================================================
+CREATE FUNCTION claim._part_leader(part integer, name text, OUT holder text, OUT epoch bigint,
+                                   OUT since timestamptz, OUT until timestamptz)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'claim_cluster';
+    RUN ON part;
+    SELECT l.holder, l.epoch, l.since, l.until FROM claim.leader(name) l;
+$$;
+CREATE FUNCTION claim.leader(name text,
+                             OUT holder text, OUT epoch bigint, OUT since timestamptz, OUT until timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    part integer := claim.route_hash(name);
+    m text;
+BEGIN
+    RETURN QUERY SELECT * FROM claim._part_leader(part, name);
+EXCEPTION WHEN internal_error THEN
+    GET STACKED DIAGNOSTICS m = MESSAGE_TEXT;
+    PERFORM claim.raise_unreachable('leader', part, m);
     RAISE;
 END
 $$;

@@ -59,7 +59,8 @@ clients = {}
 try:
     py = text("clients/python/pg_claim/errors.py")
     clients["python"] = (codes_in(r'"' + CODE + r'":', block(py, "_BY_SQLSTATE", "}"))
-                         | codes_in(r'"' + CODE + '"', block(py, "TRANSIENT_SQLSTATES =", ")")))
+                         | codes_in(r'"' + CODE + '"', block(py, "TRANSIENT_SQLSTATES =", ")"))
+                         | codes_in(r'"' + CODE + '"', block(py, "BAD_CONNECTION_SQLSTATES =", ")")))
     js = text("clients/node/lib/errors.js")
     clients["node"] = (codes_in(r"^\s*'?" + CODE + r"'?:", block(js, "const BY_CODE", "};"))
                        | codes_in(r"'" + CODE + "'", block(js, "const TRANSIENT_CODES", ";")))

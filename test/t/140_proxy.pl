@@ -46,10 +46,9 @@ sub on { my ($k, $sql) = @_; return $parts[$k]->safe_psql('postgres', $sql); }
 			       || pg_get_function_result(p.oid) AS x
 			FROM pg_proc p WHERE p.pronamespace = 'claim'::regnamespace
 			  AND p.proname NOT LIKE '\_%' AND p.proname NOT IN ('enqueue_trigger', 'queue_counters', 'partition', 'set_partition', 'lock_table')
-			  -- the coordination service runs on one partition (docs/coordination.md, "Partitions")
+			  -- sessions and the watch run on one partition (docs/coordination.md, "Partitions")
 			  AND p.proname NOT IN ('session_open', 'session_keepalive', 'session_close', 'session_lease',
-			                        'session_claim', 'session_group_claim', 'elect', 'leader', 'resign',
-			                        'latch', 'count_down', 'latch_wait', 'barrier', 'watch', 'revision')
+			                        'session_claim', 'session_group_claim', 'watch', 'revision')
 			UNION ALL
 			SELECT 'view ' || c.relname || '(' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum) || ')'
 			FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
@@ -230,6 +229,32 @@ ok($parts[$wk]->poll_query_until('postgres', q{
 is(f(qq{SELECT claim.enqueue('$wq', '{"w": "after"}') > 0}), 't', 'the queue works after the cancels');
 is(f(qq{SELECT count(*) FROM claim.claim_next('$wq')}), 1, 'and its item is claimable');
 f(q{SELECT claim.complete_many(ARRAY(SELECT token FROM claim.claimed_items WHERE queue = 'q6'))});
+
+# ------------------------------- the coordination service's named primitives
+# Elections, latches and barriers go to the partition of their name.
+{
+	my $ek = part_of('E');
+	my $e1 = f(q{SELECT claim.elect('E', '30 s', holder => 'one')});
+	ok($e1 > 0, 'elected through the front');
+	is(f(q{SELECT claim.elect('E', '30 s', holder => 'two') IS NULL}), 't',
+		'a second candidate is not elected while the leader lives');
+	is(f(q{SELECT holder || ' ' || epoch FROM claim.leader('E')}), "one $e1",
+		'leader() through the front names the leader and its epoch');
+	is(on($ek, q{SELECT count(*) FROM claim.coord_leaders WHERE name = 'E'}), 1,
+		'the election lives on the partition of its name');
+	is(f("SELECT claim.resign('E', $e1)"), 't', 'the leader resigns through the front');
+	my $e2 = f(q{SELECT claim.elect('E', '30 s', holder => 'two')});
+	ok($e2 > $e1, 'the next leader gets a higher epoch');
+
+	f(q{SELECT claim.latch('LT', 2)});
+	is(f(q{SELECT claim.count_down('LT')}), 1, 'count_down through the front');
+	is(f(q{SELECT claim.latch_wait('LT')}), 'f', 'the latch is still closed');
+	is(f(q{SELECT claim.count_down('LT')}), 0, 'the last count_down');
+	is(f(q{SELECT claim.latch_wait('LT')}), 't', 'the latch is open');
+	is(on(part_of('LT'), q{SELECT count(*) FROM claim.coord_latches WHERE name = 'LT'}), 1,
+		'the latch lives on the partition of its name');
+	is(f(q{SELECT claim.barrier('B', 1, '1 s')}), 1, 'a barrier of one party opens through the front');
+}
 
 # ------------------------------------------- fencing: leases, once, guards
 # Two front sessions: the fixture (f) and a second psql (bg2).
