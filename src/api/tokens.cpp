@@ -6,6 +6,7 @@
 
 #include "api/partition.hpp"
 
+#include "core/rules.hpp"
 #include "pg/token_store.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/fencing.hpp"
@@ -123,6 +124,13 @@ int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {
     pg::require_arg(fcinfo, argno, "token");
     pg::require_primary(fn);
     return PG_GETARG_INT64(argno);
+}
+
+int64 lease_arg(FunctionCallInfo fcinfo, int argno) {
+    if (PG_ARGISNULL(argno)) return -1;
+    int64_t us = pg::interval_us(PG_GETARG_INTERVAL_P(argno), "lease");
+    pg::call_core([&] { check_positive_duration("lease", us, kMaxLeaseUs); });
+    return us;
 }
 
 void stale_token(int64 token, const char *why) {

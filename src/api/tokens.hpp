@@ -20,6 +20,10 @@ void after_tokens();
 // `fn`). Returns the token.
 int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn);
 
+// A lease argument (argument `argno`): -1 when NULL, else its microseconds,
+// checked to be positive and at most the longest lease (22023).
+int64 lease_arg(FunctionCallInfo fcinfo, int argno);
+
 // PC001 for a token that is not a live claim.
 [[noreturn]] void stale_token(int64 token, const char *why);
 
