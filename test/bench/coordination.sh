@@ -17,43 +17,19 @@
 #      claim.watch(prefix, after, wait) is woken by another's claim.count_down;
 #      from the writer's COMMIT returning to the watcher's rows arriving.
 #
-# Environment: CLIENTS, SECS, WAKES, PGCLAIM_USER (pgclaim, used when run as
-# root), PORT (5581).
+# Environment: CLIENTS, SECS, WAKES; the cluster as test/bench/lib.sh makes it.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+bench_init coordination
 CLIENTS=${CLIENTS:-2}
 SECS=${SECS:-10}
 WAKES=${WAKES:-200}
-PORT=${PORT:-5581}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
-
-WORK="$(mktemp -d /tmp/pg_claim-coord.XXXXXX)"
-chmod 755 "$WORK"
-as_user() {
-    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
-}
-[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
-cleanup() {
-    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pg_claim'
-max_locks_per_transaction = 256
-shared_buffers = 256MB
-CONF
-as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
-psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5581)"
+psql_() { sql "$@"; }
+pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
 psql_ <<SQL
-CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('b_renew', lease => '1 hour');
 SELECT count(*) FROM claim.enqueue_many('b_renew',
     (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 200 * $CLIENTS)));
@@ -85,8 +61,8 @@ printf '%-10s %10s %16s %16s\n' how rounds/s statements/round WAL-bytes/round
 for how in keepalive extend; do
     psql_ -c "CHECKPOINT" >/dev/null
     lsn0=$(psql_ -c "SELECT pg_current_wal_lsn()")
-    out=$(as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
-          -f "$WORK/$how.sql" postgres 2>&1)
+    out=$(pgbench_ -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
+          -f "$WORK/$how.sql" bench)
     lsn1=$(psql_ -c "SELECT pg_current_wal_lsn()")
     rounds=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
@@ -96,12 +72,12 @@ for how in keepalive extend; do
 done
 
 echo "== elect + leader: $CLIENTS clients, ${SECS} s"
-out=$(as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
-      -f "$WORK/elect.sql" postgres 2>&1)
+out=$(pgbench_ -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
+      -f "$WORK/elect.sql" bench)
 echo "round trips/s: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
 
 echo "== watch delivery latency ($WAKES wakes)"
-as_user env CONN="host=$WORK port=$PORT dbname=postgres" WAKES="$WAKES" /usr/bin/python3 - <<'PY'
+CONN="" WAKES="$WAKES" /usr/bin/python3 - <<'PY'
 import os, threading, time
 import psycopg
 

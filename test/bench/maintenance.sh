@@ -18,43 +18,19 @@
 #      `pg_repack -t claim.items` of a BACKLOG (200000) item table and in the
 #      seconds while it runs.
 #
-# Environment: CLIENTS, SECS, BACKLOG, PGCLAIM_USER (pgclaim, used when run
-# as root), PORT (5583).
+# Environment: CLIENTS, SECS, BACKLOG; the cluster as test/bench/lib.sh makes it.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+bench_init maintenance
 CLIENTS=${CLIENTS:-8}
 SECS=${SECS:-8}
 BACKLOG=${BACKLOG:-200000}
-PORT=${PORT:-5583}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
-
-WORK="$(mktemp -d /tmp/pg_claim-maint.XXXXXX)"
-chmod 755 "$WORK"
-as_user() {
-    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
-}
-[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
-cleanup() {
-    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pg_claim'
-max_connections = 60
-shared_buffers = 256MB
-CONF
-as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
-psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5583)"
+psql_() { sql "$@"; }
+pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
 psql_ <<'SQL'
-CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('b_m', lease => '1 minute');
 CREATE FUNCTION b_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 SQL
@@ -65,8 +41,8 @@ echo "SELECT claim.complete(token) FROM claim.claim_next('b_m');" >"$WORK/work.s
 echo "SELECT claim.enqueue('b_m', '{}');" >"$WORK/enqueue.sql"
 chmod 644 "$WORK"/*.sql
 bench() {  # script -> tps
-    as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j 2 -T "$SECS" \
-        -f "$WORK/$1.sql" postgres 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1
+    pgbench_ -c "$CLIENTS" -j 2 -T "$SECS" \
+        -f "$WORK/$1.sql" bench | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1
 }
 trigger() {
     psql_ -c "SET client_min_messages = warning; DROP TRIGGER IF EXISTS b_t ON claim.items"
@@ -92,7 +68,7 @@ awk -v pc="${sum[plain-c]}" -v tc="${sum[trigger-c]}" -v pe="${sum[plain-e]}" -v
     printf "enqueue:        trigger/plain %.2f (%.0f against %.0f items/s)\n", te/pe, te/2, pe/2 }'
 
 REPACK=""
-for r in "$PG_BIN/pg_repack" "/usr/lib/postgresql/$PG_MAJOR/bin/pg_repack" "$(command -v pg_repack || true)"; do
+for r in "$PGBIN/pg_repack" "/usr/lib/postgresql/$PG_MAJOR/bin/pg_repack" "$(command -v pg_repack || true)"; do
     [[ -n $r && -x $r ]] && { REPACK=$r; break; }
 done
 if [[ -z $REPACK ]] || ! psql_ -c "CREATE EXTENSION pg_repack" >/dev/null 2>&1; then
@@ -102,12 +78,12 @@ fi
 echo "== claim + complete per second before and during pg_repack -t claim.items ($BACKLOG items)"
 psql_ -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
 fill "$BACKLOG"
-as_user "$PG_BIN/pgbench" -n -h "$WORK" -p "$PORT" -c "$CLIENTS" -j 2 -T 30 -P 1 \
-    -f "$WORK/work.sql" postgres >"$WORK/progress.txt" 2>&1 &
+pgbench_ -c "$CLIENTS" -j 2 -T 30 -P 1 \
+    -f "$WORK/work.sql" bench >"$WORK/progress.txt" 2>&1 &
 pgb=$!
 sleep 8
 start=$(date +%s.%N)
-as_user "$REPACK" --no-order -t claim.items -h "$WORK" -p "$PORT" postgres >"$WORK/repack.txt" 2>&1 || cat "$WORK/repack.txt"
+"$REPACK" --no-order -t claim.items >"$WORK/repack.txt" 2>&1 || cat "$WORK/repack.txt"
 end=$(date +%s.%N)
 wait $pgb || true
 # progress lines: "progress: 5.0 s, 1234.5 tps, ..."; the repack ran from about 8 s for (end - start) s
