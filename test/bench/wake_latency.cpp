@@ -58,6 +58,22 @@ void exec_or_die(PGconn *c, const char *sql) {
     PQclear(r);
 }
 
+// Runs a query that returns rows, or exits with "what: error". at: set to when the call returned.
+PGresult *query_or_die(PGconn *c, const char *sql, const char *what, double *at = nullptr) {
+    PGresult *r = PQexec(c, sql);
+    if (at) *at = now_ms();
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        fprintf(stderr, "%s: %s", what, PQerrorMessage(c));
+        exit(2);
+    }
+    return r;
+}
+
+void complete_or_die(PGconn *c, const std::string &token) {
+    std::string sql = "SELECT claim.complete(" + token + ")";
+    exec_or_die(c, sql.c_str());
+}
+
 struct Shared {
     std::vector<double> sent;  // per item: producer's commit returned
     std::vector<double> got;   // per item: waiter's call returned (or server lag)
@@ -91,22 +107,18 @@ void print(const char *mode, Shared &s, bool lag_direct) {
 void claim_waiter(const char *conninfo, Shared *s) {
     PGconn *c = connect_or_die(conninfo);
     while (!s->done.load()) {
-        PGresult *r = PQexec(c,
-                             "SELECT (payload->>'i')::int, token FROM "
-                             "claim.claim_next('wake_bench', wait => '1 s')");
-        double t = now_ms();
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            fprintf(stderr, "claim_next: %s", PQerrorMessage(c));
-            exit(2);
-        }
+        double t;
+        PGresult *r = query_or_die(c,
+                                   "SELECT (payload->>'i')::int, token FROM "
+                                   "claim.claim_next('wake_bench', wait => '1 s')",
+                                   "claim_next", &t);
         if (PQntuples(r) == 1) {
             int i = atoi(PQgetvalue(r, 0, 0));
             std::string tok = PQgetvalue(r, 0, 1);
             PQclear(r);
             if (i >= 0 && i < s->items) s->got[i] = t;
             s->received++;
-            std::string sql = "SELECT claim.complete(" + tok + ")";
-            exec_or_die(c, sql.c_str());
+            complete_or_die(c, tok);
         } else {
             PQclear(r);
         }
@@ -122,15 +134,12 @@ void listen_waiter(const char *conninfo, Shared *s) {
     while (!s->done.load()) {
         // Take what is there, then sleep until a notification arrives.
         for (;;) {
-            PGresult *r = PQexec(c,
-                                 "UPDATE wake_jobs SET status = 'taken' WHERE id = ("
-                                 "  SELECT id FROM wake_jobs WHERE status = 'new'"
-                                 "  ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING i");
-            double t = now_ms();
-            if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-                fprintf(stderr, "take: %s", PQerrorMessage(c));
-                exit(2);
-            }
+            double t;
+            PGresult *r = query_or_die(c,
+                                       "UPDATE wake_jobs SET status = 'taken' WHERE id = ("
+                                       "  SELECT id FROM wake_jobs WHERE status = 'new'"
+                                       "  ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING i",
+                                       "take", &t);
             if (PQntuples(r) == 0) {
                 PQclear(r);
                 break;
@@ -188,14 +197,11 @@ void producer(const char *conninfo, Shared *s, bool listen, double rate) {
 void expiry_waiter(const char *conninfo, Shared *s, const std::vector<double> *until) {
     PGconn *c = connect_or_die(conninfo);
     while (!s->done.load()) {
-        PGresult *r = PQexec(c,
-                             "SELECT (payload->>'i')::int, token, "
-                             "extract(epoch FROM clock_timestamp())::float8 * 1000 FROM "
-                             "claim.claim_next('wake_expiry', wait => '1 s')");
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            fprintf(stderr, "claim_next: %s", PQerrorMessage(c));
-            exit(2);
-        }
+        PGresult *r = query_or_die(c,
+                                   "SELECT (payload->>'i')::int, token, "
+                                   "extract(epoch FROM clock_timestamp())::float8 * 1000 FROM "
+                                   "claim.claim_next('wake_expiry', wait => '1 s')",
+                                   "claim_next");
         if (PQntuples(r) == 1) {
             int i = atoi(PQgetvalue(r, 0, 0));
             double t = atof(PQgetvalue(r, 0, 2));
@@ -203,8 +209,7 @@ void expiry_waiter(const char *conninfo, Shared *s, const std::vector<double> *u
             PQclear(r);
             if (i >= 0 && i < s->items && (*until)[i] > 0) s->got[i] = t - (*until)[i];
             s->received++;
-            std::string sql = "SELECT claim.complete(" + tok + ")";
-            exec_or_die(c, sql.c_str());
+            complete_or_die(c, tok);
         } else {
             PQclear(r);
         }
