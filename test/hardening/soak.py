@@ -285,6 +285,14 @@ class Worker(Client):
 
 # --- fenced writes under a lease ---------------------------------------------
 
+def acquire(client, conn, fn, name):
+    """claim.<fn> (lease_acquire or lease_acquire_shared) of lease `name` for FENCE_TTL,
+    waiting at most 0.3 s: the token, or None when the lease stayed busy."""
+    return conn.execute(
+        f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
+        (name, f"{FENCE_TTL} seconds", client.name)).fetchone()[0]
+
+
 def fenced_writes(client, conn, name, token, counter, pause, record):
     """One to three writes under lease `name` held with `token`: each in one transaction
     lease_assert, the counter's UPDATE (its value is the commit order) and the row that
@@ -315,9 +323,7 @@ class LeaseHolder(Client):
 
     def step(self, conn):
         name = self.rng.choice(["fence:a", "fence:b"])
-        token = conn.execute(
-            "SELECT claim.lease_acquire(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
-            (name, f"{FENCE_TTL} seconds", self.name)).fetchone()[0]
+        token = acquire(self, conn, "lease_acquire", name)
         if token is None:
             count("lease busy")
             return
@@ -336,9 +342,7 @@ class RWHolder(Client):
         name = "rw:c"
         shared = self.rng.random() < 0.7
         fn = "lease_acquire_shared" if shared else "lease_acquire"
-        token = conn.execute(
-            f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
-            (name, f"{FENCE_TTL} seconds", self.name)).fetchone()[0]
+        token = acquire(self, conn, fn, name)
         if token is None:
             count("rw busy")
             return
