@@ -192,6 +192,23 @@ void producer(const char *conninfo, Shared *s, bool listen, double rate) {
     PQfinish(c);
 }
 
+// Drops queue `name` where it exists and creates it again (args: more create_queue arguments).
+void fresh_queue(PGconn *admin, const std::string &name, const std::string &args) {
+    std::string drop = "SELECT claim.drop_queue('" + name + "') FROM claim.queues WHERE name = '" + name + "'";
+    std::string create = "SELECT claim.create_queue('" + name + "'" + args + ")";
+    exec_or_die(admin, drop.c_str());
+    exec_or_die(admin, create.c_str());
+}
+
+// Starts `waiters` threads of `waiter`, gives them 0.5 s to block, then produces s.items items.
+void waiters_then_producer(std::vector<std::thread> &threads, int waiters,
+                           void (*waiter)(const char *, Shared *), const char *conninfo, Shared &s,
+                           bool listen, double rate) {
+    for (int w = 0; w < waiters; ++w) threads.emplace_back(waiter, conninfo, &s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    producer(conninfo, &s, listen, rate);
+}
+
 // --- expiry ---------------------------------------------------------------------------
 
 void expiry_waiter(const char *conninfo, Shared *s, const std::vector<double> *until) {
@@ -237,27 +254,17 @@ int main(int argc, char **argv) {
     PGconn *admin = connect_or_die(conninfo);
     std::vector<std::thread> threads;
     if (mode == "claim") {
-        exec_or_die(admin,
-                    "SELECT claim.drop_queue('wake_bench') FROM claim.queues "
-                    "WHERE name = 'wake_bench'");
-        exec_or_die(admin, "SELECT claim.create_queue('wake_bench')");
-        for (int w = 0; w < waiters; ++w) threads.emplace_back(claim_waiter, conninfo, &s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        producer(conninfo, &s, false, arg);
+        fresh_queue(admin, "wake_bench", "");
+        waiters_then_producer(threads, waiters, claim_waiter, conninfo, s, false, arg);
     } else if (mode == "listen") {
         exec_or_die(admin, "DROP TABLE IF EXISTS wake_jobs");
         exec_or_die(admin,
                     "CREATE TABLE wake_jobs (id bigserial PRIMARY KEY, i int NOT NULL, "
                     "status text NOT NULL)");
         exec_or_die(admin, "CREATE INDEX ON wake_jobs (i)");
-        for (int w = 0; w < waiters; ++w) threads.emplace_back(listen_waiter, conninfo, &s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        producer(conninfo, &s, true, arg);
+        waiters_then_producer(threads, waiters, listen_waiter, conninfo, s, true, arg);
     } else if (mode == "expiry") {
-        exec_or_die(admin,
-                    "SELECT claim.drop_queue('wake_expiry') FROM claim.queues "
-                    "WHERE name = 'wake_expiry'");
-        exec_or_die(admin, "SELECT claim.create_queue('wake_expiry', lease => '1500 ms')");
+        fresh_queue(admin, "wake_expiry", ", lease => '1500 ms'");
         static std::vector<double> until(s.items, -1);
         // Claim every item once and drop it (a worker that died). All within
         // the lease (ITEMS * SPACING_MS < 1500 ms), so the claim takes the
