@@ -398,8 +398,10 @@ ratio_row() {
 }
 
 # --- a scratch cluster for the benches that skip bench_init (steps.sh, wake.sh) ---
-# They set ROOT, PG_BIN (test/pg-major.sh), PORT and RUN_USER themselves.
-#   scratch_cluster NAME [EXTRA_CONF]   WORK=/tmp/pg_claim-NAME.XXXXXX (removed at exit), a cluster
+#   scratch_cluster NAME PORT [EXTRA_CONF]
+#                                       ROOT (the checkout), PG_MAJOR and PG_BIN (test/pg-major.sh),
+#                                       RUN_USER=${PGCLAIM_USER:-pgclaim}, PORT;
+#                                       WORK=/tmp/pg_claim-NAME.XXXXXX (removed at exit), a cluster
 #                                       in $WORK/data on port PORT, unix socket in $WORK only,
 #                                       pg_claim preloaded, started
 #   as_user CMD...                      CMD as RUN_USER when run as root, else as the caller
@@ -412,7 +414,11 @@ scratch_cleanup() {
     rm -rf "$WORK"
 }
 scratch_cluster() {
-    local name=$1 extra=${2:-}
+    local name=$1 extra=${3:-}
+    PORT=$2
+    ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    . "$ROOT/test/pg-major.sh"
+    RUN_USER=${PGCLAIM_USER:-pgclaim}
     WORK="$(mktemp -d "/tmp/pg_claim-$name.XXXXXX")"
     chmod 755 "$WORK"
     [[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"

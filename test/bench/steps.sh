@@ -21,16 +21,12 @@
 # root), PORT (5579).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
-. "$ROOT/test/bench/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CLIENTS=${CLIENTS:-2}
 SECS=${SECS:-10}
 WAKES=${WAKES:-20}
-PORT=${PORT:-5579}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
 
-scratch_cluster steps   # WORK, as_user, psql_ (lib.sh)
+scratch_cluster steps "${PORT:-5579}"   # ROOT, PG_BIN, PORT, WORK, as_user, psql_ (lib.sh)
 psql_ <<'SQL'
 CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('b_steps'), claim.create_queue('b_chain'), claim.create_queue('b_plain'),

@@ -18,19 +18,15 @@
 # used when run as root), PORT (5577).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
-. "$ROOT/test/bench/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 WAITERS=${WAITERS:-16}
 ITEMS=${ITEMS:-10000}
 RATE=${RATE:-1000}
 EXPIRY_ITEMS=${EXPIRY_ITEMS:-200}
-PORT=${PORT:-5577}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
 
-echo "== cluster (port $PORT)"
-scratch_cluster wake "max_connections = 100
-synchronous_commit = on"   # WORK, as_user, psql_ (lib.sh)
+echo "== cluster (port ${PORT:-5577})"
+scratch_cluster wake "${PORT:-5577}" "max_connections = 100
+synchronous_commit = on"   # ROOT, PG_BIN, PORT, WORK, as_user, psql_ (lib.sh)
 
 echo "== building wake_latency"
 g++ -O2 -std=c++17 -pthread -I"$($PG_BIN/pg_config --includedir)" \
