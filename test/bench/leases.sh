@@ -76,21 +76,17 @@ SELECT claim.lease_release('orders:' || :n, :tok);
 \\endif
 SQL
 
-settle() {
-    local i
+# lib.sh's settle (autovacuum idle, CHECKPOINT) after a VACUUM ANALYZE
+vacuum_settle() {
     sql -c "VACUUM ANALYZE" >/dev/null
-    for i in $(seq 1 60); do
-        [[ $(sql -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'") == 0 ]] && break
-        sleep 0.5
-    done
-    sql -c "CHECKPOINT"
+    settle
 }
 
 # run NAME ROUND SCRIPT -> TPS
 run() {
     local name=$1 round=$2 script=$3 log
     log=$OUT/$name.$round.log
-    settle
+    vacuum_settle
     log "round $round, $name: $CLIENTS clients, ${DUR}s"
     "$PGBIN/pgbench" -n -M prepared -c "$CLIENTS" -j "$THREADS" -T "$DUR" -f "$script" >"$log" 2>&1 || true
     TPS=$(awk '/^tps = / { print $3; exit }' "$log")

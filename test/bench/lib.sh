@@ -396,3 +396,43 @@ ratio_row() {
     [[ -n ${R[${2}_invalid]:-}${R[${3}_invalid]:-} ]] && met=INVALID
     row "$1" "$(fmt "$c") $5" "$(fmt "$b") $5" "${r}x" ">= ${4}x" "$met"
 }
+
+# --- a scratch cluster for the benches that skip bench_init (steps.sh, wake.sh) ---
+#   scratch_cluster NAME PORT [EXTRA_CONF]
+#                                       ROOT (the checkout), PG_MAJOR and PG_BIN (test/pg-major.sh),
+#                                       RUN_USER=${PGCLAIM_USER:-pgclaim}, PORT;
+#                                       WORK=/tmp/pg_claim-NAME.XXXXXX (removed at exit), a cluster
+#                                       in $WORK/data on port PORT, unix socket in $WORK only,
+#                                       pg_claim preloaded, started
+#   as_user CMD...                      CMD as RUN_USER when run as root, else as the caller
+#   psql_ ARGS...                       psql -XAtq on database postgres of that cluster
+as_user() {
+    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
+}
+scratch_cleanup() {
+    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+scratch_cluster() {
+    local name=$1 extra=${3:-}
+    PORT=$2
+    ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    . "$ROOT/test/pg-major.sh"
+    RUN_USER=${PGCLAIM_USER:-pgclaim}
+    WORK="$(mktemp -d "/tmp/pg_claim-$name.XXXXXX")"
+    chmod 755 "$WORK"
+    [[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
+    trap scratch_cleanup EXIT
+    as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
+    cat >>"$WORK/data/postgresql.conf" <<CONF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pg_claim'
+max_locks_per_transaction = 256
+shared_buffers = 256MB
+$extra
+CONF
+    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
+}
+psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }

@@ -117,25 +117,18 @@ if "$PY" -c 'import psycopg' 2>/dev/null; then HAVE_PY=1; else HAVE_PY=0; log "n
 S=$WORK/scripts
 mkdir -p "$S"
 chmod 755 "$S"
-cat >"$S/one.sql" <<'SQL'
-SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('q0') \gset
-\if :tok
-SELECT claim.complete(:tok::bigint);
-\endif
-SQL
-cat >"$S/spread.sql" <<'SQL'
-\set q random(0, 15)
-SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('q' || :q::int) \gset
-\if :tok
-SELECT claim.complete(:tok::bigint);
-\endif
-SQL
-cat >"$S/hot.sql" <<'SQL'
-SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next('hot') \gset
-\if :tok
-SELECT claim.complete(:tok::bigint);
-\endif
-SQL
+# claim_complete_script FILE QUEUE_EXPR [FIRST_LINE]: a pgbench script that claims one item of
+# the queue QUEUE_EXPR names (after FIRST_LINE) and completes it.
+claim_complete_script() {
+    {
+        [[ -z ${3:-} ]] || printf '%s\n' "$3"
+        printf '%s\n' "SELECT coalesce(max(token), 0) AS tok FROM claim.claim_next($2) \\gset" \
+            '\if :tok' 'SELECT claim.complete(:tok::bigint);' '\endif'
+    } >"$1"
+}
+claim_complete_script "$S/one.sql" "'q0'"
+claim_complete_script "$S/spread.sql" "'q' || :q::int" '\set q random(0, 15)'
+claim_complete_script "$S/hot.sql" "'hot'"
 # claim_next(n => 1) + complete(token) by CLIENTS threads for DUR seconds, on
 # partition 0 itself (direct) or through pg_claim.PartitionedClient (routed);
 # prints items/s.

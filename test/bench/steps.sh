@@ -21,37 +21,12 @@
 # root), PORT (5579).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CLIENTS=${CLIENTS:-2}
 SECS=${SECS:-10}
 WAKES=${WAKES:-20}
-PORT=${PORT:-5579}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
 
-WORK="$(mktemp -d /tmp/pg_claim-steps.XXXXXX)"
-chmod 755 "$WORK"
-as_user() {
-    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
-}
-[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
-cleanup() {
-    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pg_claim'
-max_locks_per_transaction = 256
-shared_buffers = 256MB
-CONF
-as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
-psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
+scratch_cluster steps "${PORT:-5579}"   # ROOT, PG_BIN, PORT, WORK, as_user, psql_ (lib.sh)
 psql_ <<'SQL'
 CREATE EXTENSION pg_claim;
 SELECT claim.create_queue('b_steps'), claim.create_queue('b_chain'), claim.create_queue('b_plain'),

@@ -18,46 +18,21 @@
 # used when run as root), PORT (5577).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-. "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 WAITERS=${WAITERS:-16}
 ITEMS=${ITEMS:-10000}
 RATE=${RATE:-1000}
 EXPIRY_ITEMS=${EXPIRY_ITEMS:-200}
-PORT=${PORT:-5577}
-RUN_USER=${PGCLAIM_USER:-pgclaim}
 
-WORK="$(mktemp -d /tmp/pg_claim-wake.XXXXXX)"
-chmod 755 "$WORK"
-as_user() {
-    if [[ $(id -u) -eq 0 ]]; then runuser -u "$RUN_USER" -- "$@"; else "$@"; fi
-}
-[[ $(id -u) -eq 0 ]] && chown "$RUN_USER:" "$WORK"
-cleanup() {
-    as_user "$PG_BIN/pg_ctl" -D "$WORK/data" stop -m fast >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+echo "== cluster (port ${PORT:-5577})"
+scratch_cluster wake "${PORT:-5577}" "max_connections = 100
+synchronous_commit = on"   # ROOT, PG_BIN, PORT, WORK, as_user, psql_ (lib.sh)
 
 echo "== building wake_latency"
 g++ -O2 -std=c++17 -pthread -I"$($PG_BIN/pg_config --includedir)" \
     -o "$WORK/wake_latency" "$ROOT/test/bench/wake_latency.cpp" -lpq
 
-echo "== cluster in $WORK/data (port $PORT)"
-as_user "$PG_BIN/initdb" -D "$WORK/data" -A trust >/dev/null
-cat >>"$WORK/data/postgresql.conf" <<EOF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pg_claim'
-max_connections = 100
-max_locks_per_transaction = 256
-shared_buffers = 256MB
-synchronous_commit = on
-EOF
-as_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" start -w >/dev/null
 CONN="host=$WORK port=$PORT dbname=postgres"
-psql_() { as_user "$PG_BIN/psql" -XAtq -h "$WORK" -p "$PORT" -d postgres "$@"; }
 psql_ -c 'CREATE EXTENSION pg_claim'
 for _ in $(seq 50); do
     [[ $(psql_ -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_claim worker'") == 1 ]] && break

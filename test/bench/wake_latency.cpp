@@ -58,6 +58,22 @@ void exec_or_die(PGconn *c, const char *sql) {
     PQclear(r);
 }
 
+// Runs a query that returns rows, or exits with "what: error". at: set to when the call returned.
+PGresult *query_or_die(PGconn *c, const char *sql, const char *what, double *at = nullptr) {
+    PGresult *r = PQexec(c, sql);
+    if (at) *at = now_ms();
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        fprintf(stderr, "%s: %s", what, PQerrorMessage(c));
+        exit(2);
+    }
+    return r;
+}
+
+void complete_or_die(PGconn *c, const std::string &token) {
+    std::string sql = "SELECT claim.complete(" + token + ")";
+    exec_or_die(c, sql.c_str());
+}
+
 struct Shared {
     std::vector<double> sent;  // per item: producer's commit returned
     std::vector<double> got;   // per item: waiter's call returned (or server lag)
@@ -91,22 +107,18 @@ void print(const char *mode, Shared &s, bool lag_direct) {
 void claim_waiter(const char *conninfo, Shared *s) {
     PGconn *c = connect_or_die(conninfo);
     while (!s->done.load()) {
-        PGresult *r = PQexec(c,
-                             "SELECT (payload->>'i')::int, token FROM "
-                             "claim.claim_next('wake_bench', wait => '1 s')");
-        double t = now_ms();
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            fprintf(stderr, "claim_next: %s", PQerrorMessage(c));
-            exit(2);
-        }
+        double t;
+        PGresult *r = query_or_die(c,
+                                   "SELECT (payload->>'i')::int, token FROM "
+                                   "claim.claim_next('wake_bench', wait => '1 s')",
+                                   "claim_next", &t);
         if (PQntuples(r) == 1) {
             int i = atoi(PQgetvalue(r, 0, 0));
             std::string tok = PQgetvalue(r, 0, 1);
             PQclear(r);
             if (i >= 0 && i < s->items) s->got[i] = t;
             s->received++;
-            std::string sql = "SELECT claim.complete(" + tok + ")";
-            exec_or_die(c, sql.c_str());
+            complete_or_die(c, tok);
         } else {
             PQclear(r);
         }
@@ -122,15 +134,12 @@ void listen_waiter(const char *conninfo, Shared *s) {
     while (!s->done.load()) {
         // Take what is there, then sleep until a notification arrives.
         for (;;) {
-            PGresult *r = PQexec(c,
-                                 "UPDATE wake_jobs SET status = 'taken' WHERE id = ("
-                                 "  SELECT id FROM wake_jobs WHERE status = 'new'"
-                                 "  ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING i");
-            double t = now_ms();
-            if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-                fprintf(stderr, "take: %s", PQerrorMessage(c));
-                exit(2);
-            }
+            double t;
+            PGresult *r = query_or_die(c,
+                                       "UPDATE wake_jobs SET status = 'taken' WHERE id = ("
+                                       "  SELECT id FROM wake_jobs WHERE status = 'new'"
+                                       "  ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING i",
+                                       "take", &t);
             if (PQntuples(r) == 0) {
                 PQclear(r);
                 break;
@@ -183,19 +192,33 @@ void producer(const char *conninfo, Shared *s, bool listen, double rate) {
     PQfinish(c);
 }
 
+// Drops queue `name` where it exists and creates it again (args: more create_queue arguments).
+void fresh_queue(PGconn *admin, const std::string &name, const std::string &args) {
+    std::string drop = "SELECT claim.drop_queue('" + name + "') FROM claim.queues WHERE name = '" + name + "'";
+    std::string create = "SELECT claim.create_queue('" + name + "'" + args + ")";
+    exec_or_die(admin, drop.c_str());
+    exec_or_die(admin, create.c_str());
+}
+
+// Starts `waiters` threads of `waiter`, gives them 0.5 s to block, then produces s.items items.
+void waiters_then_producer(std::vector<std::thread> &threads, int waiters,
+                           void (*waiter)(const char *, Shared *), const char *conninfo, Shared &s,
+                           bool listen, double rate) {
+    for (int w = 0; w < waiters; ++w) threads.emplace_back(waiter, conninfo, &s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    producer(conninfo, &s, listen, rate);
+}
+
 // --- expiry ---------------------------------------------------------------------------
 
 void expiry_waiter(const char *conninfo, Shared *s, const std::vector<double> *until) {
     PGconn *c = connect_or_die(conninfo);
     while (!s->done.load()) {
-        PGresult *r = PQexec(c,
-                             "SELECT (payload->>'i')::int, token, "
-                             "extract(epoch FROM clock_timestamp())::float8 * 1000 FROM "
-                             "claim.claim_next('wake_expiry', wait => '1 s')");
-        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-            fprintf(stderr, "claim_next: %s", PQerrorMessage(c));
-            exit(2);
-        }
+        PGresult *r = query_or_die(c,
+                                   "SELECT (payload->>'i')::int, token, "
+                                   "extract(epoch FROM clock_timestamp())::float8 * 1000 FROM "
+                                   "claim.claim_next('wake_expiry', wait => '1 s')",
+                                   "claim_next");
         if (PQntuples(r) == 1) {
             int i = atoi(PQgetvalue(r, 0, 0));
             double t = atof(PQgetvalue(r, 0, 2));
@@ -203,8 +226,7 @@ void expiry_waiter(const char *conninfo, Shared *s, const std::vector<double> *u
             PQclear(r);
             if (i >= 0 && i < s->items && (*until)[i] > 0) s->got[i] = t - (*until)[i];
             s->received++;
-            std::string sql = "SELECT claim.complete(" + tok + ")";
-            exec_or_die(c, sql.c_str());
+            complete_or_die(c, tok);
         } else {
             PQclear(r);
         }
@@ -232,27 +254,17 @@ int main(int argc, char **argv) {
     PGconn *admin = connect_or_die(conninfo);
     std::vector<std::thread> threads;
     if (mode == "claim") {
-        exec_or_die(admin,
-                    "SELECT claim.drop_queue('wake_bench') FROM claim.queues "
-                    "WHERE name = 'wake_bench'");
-        exec_or_die(admin, "SELECT claim.create_queue('wake_bench')");
-        for (int w = 0; w < waiters; ++w) threads.emplace_back(claim_waiter, conninfo, &s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        producer(conninfo, &s, false, arg);
+        fresh_queue(admin, "wake_bench", "");
+        waiters_then_producer(threads, waiters, claim_waiter, conninfo, s, false, arg);
     } else if (mode == "listen") {
         exec_or_die(admin, "DROP TABLE IF EXISTS wake_jobs");
         exec_or_die(admin,
                     "CREATE TABLE wake_jobs (id bigserial PRIMARY KEY, i int NOT NULL, "
                     "status text NOT NULL)");
         exec_or_die(admin, "CREATE INDEX ON wake_jobs (i)");
-        for (int w = 0; w < waiters; ++w) threads.emplace_back(listen_waiter, conninfo, &s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        producer(conninfo, &s, true, arg);
+        waiters_then_producer(threads, waiters, listen_waiter, conninfo, s, true, arg);
     } else if (mode == "expiry") {
-        exec_or_die(admin,
-                    "SELECT claim.drop_queue('wake_expiry') FROM claim.queues "
-                    "WHERE name = 'wake_expiry'");
-        exec_or_die(admin, "SELECT claim.create_queue('wake_expiry', lease => '1500 ms')");
+        fresh_queue(admin, "wake_expiry", ", lease => '1500 ms'");
         static std::vector<double> until(s.items, -1);
         // Claim every item once and drop it (a worker that died). All within
         // the lease (ITEMS * SPACING_MS < 1500 ms), so the claim takes the

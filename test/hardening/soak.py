@@ -283,6 +283,39 @@ class Worker(Client):
             count("stale committed")   # the lease had run out: this commit must not happen
 
 
+# --- fenced writes under a lease ---------------------------------------------
+
+def acquire(client, conn, fn, name):
+    """claim.<fn> (lease_acquire or lease_acquire_shared) of lease `name` for FENCE_TTL,
+    waiting at most 0.3 s: the token, or None when the lease stayed busy."""
+    return conn.execute(
+        f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
+        (name, f"{FENCE_TTL} seconds", client.name)).fetchone()[0]
+
+
+def fenced_writes(client, conn, name, token, counter, pause, record):
+    """One to three writes under lease `name` held with `token`: each in one transaction
+    lease_assert, the counter's UPDATE (its value is the commit order) and the row that
+    record(value) returns as (sql, args). Now and then one stalls past the TTL first (then
+    lease_assert must refuse). Releases the lease at the end four times out of five."""
+    for _ in range(client.rng.randrange(1, 4)):
+        stalled = client.rng.random() < STALL_P * 2
+        if stalled:
+            count("stalls")
+            time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert must refuse
+        with conn.transaction():
+            conn.execute("SELECT claim.lease_assert(%s, %s::bigint)", (name, token))
+            value = conn.execute("UPDATE soak_counter SET value = value + 1 WHERE name = %s"
+                                 " RETURNING value", (name,)).fetchone()[0]
+            conn.execute(*record(value))
+        count(counter)
+        if stalled:
+            count("stale committed")
+        time.sleep(client.rng.uniform(0, pause))
+    if client.rng.random() < 0.8:
+        conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
+
+
 # --- lease holders: a fenced counter -----------------------------------------
 
 class LeaseHolder(Client):
@@ -290,30 +323,14 @@ class LeaseHolder(Client):
 
     def step(self, conn):
         name = self.rng.choice(["fence:a", "fence:b"])
-        token = conn.execute(
-            "SELECT claim.lease_acquire(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
-            (name, f"{FENCE_TTL} seconds", self.name)).fetchone()[0]
+        token = acquire(self, conn, "lease_acquire", name)
         if token is None:
             count("lease busy")
             return
         count("lease granted")
-        for _ in range(self.rng.randrange(1, 4)):
-            stalled = self.rng.random() < STALL_P * 2
-            if stalled:
-                count("stalls")
-                time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert must refuse
-            with conn.transaction():
-                conn.execute("SELECT claim.lease_assert(%s, %s::bigint)", (name, token))
-                value = conn.execute("UPDATE soak_counter SET value = value + 1 WHERE name = %s"
-                                     " RETURNING value", (name,)).fetchone()[0]
-                conn.execute("INSERT INTO soak_fence (name, value, token, holder) VALUES (%s, %s, %s, %s)",
-                             (name, value, token, self.name))
-            count("fenced writes")
-            if stalled:
-                count("stale committed")
-            time.sleep(self.rng.uniform(0, 0.02))
-        if self.rng.random() < 0.8:
-            conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
+        fenced_writes(self, conn, name, token, "fenced writes", 0.02,
+                      lambda value: ("INSERT INTO soak_fence (name, value, token, holder) VALUES (%s, %s, %s, %s)",
+                                     (name, value, token, self.name)))
 
 
 # --- shared and exclusive holders of one lease -------------------------------
@@ -325,9 +342,7 @@ class RWHolder(Client):
         name = "rw:c"
         shared = self.rng.random() < 0.7
         fn = "lease_acquire_shared" if shared else "lease_acquire"
-        token = conn.execute(
-            f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
-            (name, f"{FENCE_TTL} seconds", self.name)).fetchone()[0]
+        token = acquire(self, conn, fn, name)
         if token is None:
             count("rw busy")
             return
@@ -335,23 +350,9 @@ class RWHolder(Client):
         if shared and conn.execute("SELECT count(*) FROM claim.leases WHERE name = %s",
                                    (name,)).fetchone()[0] > 1:
             count("rw shared together")
-        for _ in range(self.rng.randrange(1, 4)):
-            stalled = self.rng.random() < STALL_P * 2
-            if stalled:
-                count("stalls")
-                time.sleep(FENCE_TTL + 0.3)   # the TTL runs out: lease_assert must refuse
-            with conn.transaction():
-                conn.execute("SELECT claim.lease_assert(%s, %s::bigint)", (name, token))
-                value = conn.execute("UPDATE soak_counter SET value = value + 1 WHERE name = %s"
-                                     " RETURNING value", (name,)).fetchone()[0]
-                conn.execute("INSERT INTO soak_rw (value, token, shared, holder) VALUES (%s, %s, %s, %s)",
-                             (value, token, shared, self.name))
-            count("rw writes")
-            if stalled:
-                count("stale committed")
-            time.sleep(self.rng.uniform(0, 0.05))
-        if self.rng.random() < 0.8:
-            conn.execute("SELECT claim.lease_release(%s, %s::bigint)", (name, token))
+        fenced_writes(self, conn, name, token, "rw writes", 0.05,
+                      lambda value: ("INSERT INTO soak_rw (value, token, shared, holder) VALUES (%s, %s, %s, %s)",
+                                     (value, token, shared, self.name)))
 
 
 # --- leader election and the watch ---------------------------------------------

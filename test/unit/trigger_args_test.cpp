@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -17,23 +18,18 @@ TriggerOptions parse(std::vector<const char *> args) {
     return parse_trigger_args("t", static_cast<int>(args.size()), args.data());
 }
 
-std::string code_of(std::vector<const char *> args) {
+// The SQLSTATE and message parse throws with; {"none", ""} when it does not throw.
+std::pair<std::string, std::string> error_of(std::vector<const char *> args) {
     try {
         parse(args);
     } catch (const Error &e) {
-        return e.code();
+        return {e.code(), e.what()};
     }
-    return "none";
+    return {"none", ""};
 }
 
-std::string message_of(std::vector<const char *> args) {
-    try {
-        parse(args);
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "";
-}
+std::string code_of(std::vector<const char *> args) { return error_of(std::move(args)).first; }
+std::string message_of(std::vector<const char *> args) { return error_of(std::move(args)).second; }
 
 }  // namespace
 
