@@ -14,9 +14,20 @@ extern "C" {
 #include "utils/acl.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "storage/proc.h"
 }
 
 namespace pgclaim::pg::compat {
+
+// This backend's number in the proc array (MyProc's index). 17 replaced
+// PGPROC.pgprocno with the global MyProcNumber.
+inline int my_procno() {
+#if PG_VERSION_NUM >= 170000
+    return MyProcNumber;
+#else
+    return MyProc->pgprocno;
+#endif
+}
 
 // Index entries for a tuple just inserted into resultRelInfo's relation (no
 // update, no ON CONFLICT arbiters). 16 added the trailing "onlySummarizing"

@@ -24,6 +24,7 @@
 // then and not only when the holder's whole transaction ends.
 #include "pg/xact_locks.hpp"
 
+#include "pg/compat.hpp"
 #include "pg/xact_locks_shared.hpp"
 
 extern "C" {
@@ -122,11 +123,11 @@ void forget_all() {
 // The anchor (see the top of this file). It belongs to the top transaction,
 // whichever subtransaction takes it, and PostgreSQL lets it go when the
 // transaction ends (or keeps it with a prepared transaction).
-bool anchors_on() { return anchors != nullptr && MyProc != nullptr && MyProc->pgprocno < nanchors; }
+bool anchors_on() { return anchors != nullptr && MyProc != nullptr && compat::my_procno() < nanchors; }
 
 void take_anchor() {
     if (anchor != 0 || !anchors_on()) return;
-    int p = MyProc->pgprocno;
+    int p = compat::my_procno();
     uint64 g = pg_atomic_add_fetch_u64(&anchors[p].gen, 1);
     LOCKTAG tag;
     anchor_tag(&tag, p, g);
@@ -151,7 +152,7 @@ void take_anchor() {
 // Lets generation `gen` of this backend's anchor go. Never raises.
 void release_anchor_lock(uint64 gen) {
     LOCKTAG tag;
-    anchor_tag(&tag, MyProc->pgprocno, gen);
+    anchor_tag(&tag, compat::my_procno(), gen);
     ResourceOwner save = CurrentResourceOwner;
     CurrentResourceOwner = TopTransactionResourceOwner;
     (void)LockRelease(&tag, ExclusiveLock, false);
@@ -161,7 +162,7 @@ void release_anchor_lock(uint64 gen) {
 // Lets the anchor go now. Never raises.
 void drop_anchor() {
     if (anchor == 0) return;
-    pg_atomic_write_u64(&anchors[MyProc->pgprocno].current, 0);
+    pg_atomic_write_u64(&anchors[compat::my_procno()].current, 0);
     uint64 old = anchor;
     anchor = 0;
     release_anchor_lock(old);
@@ -182,7 +183,7 @@ void move_anchor() {
 // transaction keeps it).
 void forget_anchor() {
     if (anchor == 0) return;
-    pg_atomic_write_u64(&anchors[MyProc->pgprocno].current, 0);
+    pg_atomic_write_u64(&anchors[compat::my_procno()].current, 0);
     anchor = 0;
 }
 
@@ -424,7 +425,7 @@ Try try_take(const Key &k, uint32 hash, VirtualTransactionId me, uint8 tag, bool
     e->xid = InvalidTransactionId;
     e->tag = tag;
     e->hw_wait = false;
-    e->procno = MyProc->pgprocno;
+    e->procno = compat::my_procno();
     LWLockRelease(lock_of(part));
     return Try::Taken;
 }
