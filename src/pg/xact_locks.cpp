@@ -579,10 +579,6 @@ int xact_lock_busy_tag(LockSpace space, uint64 key) {
 
 bool xact_lock_busy(LockSpace space, uint64 key) { return xact_lock_busy_tag(space, key) >= 0; }
 
-void xact_locks_release_all() {
-    if (shash.htab != nullptr) release_all();
-}
-
 bool xact_locks_in_shmem() { return shash.htab != nullptr; }
 
 void xact_locks_at_xact_end(XactEvent event) { on_xact(event, nullptr); }

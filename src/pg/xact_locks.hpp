@@ -54,11 +54,6 @@ bool xact_lock_busy(LockSpace space, uint64 key);
 // xact_lock_busy says), the tag otherwise.
 int xact_lock_busy_tag(LockSpace space, uint64 key);
 
-// Gives back every lock of the ending transaction now (the transaction
-// callbacks do it at COMMIT and ABORT, before any waiter is woken, so that
-// woken claimers find the items free: src/module.cpp). Never raises.
-void xact_locks_release_all();
-
 // The end of a transaction and of a subtransaction, called by the module's
 // one pair of transaction callbacks (src/module.cpp, registered from
 // _PG_init, so that every backend, also one that only runs COMMIT PREPARED,
