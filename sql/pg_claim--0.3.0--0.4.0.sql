@@ -644,6 +644,14 @@ BEGIN
 END
 $$;
 
+-- Whether pg_claim.watch_leases is on: then every grant, release and expiry
+-- of a lease is recorded by the lease functions and the worker.
+CREATE FUNCTION claim._coord_watch_leases()
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT COALESCE(pg_catalog.current_setting('pg_claim.watch_leases', true), 'off') OPERATOR(pg_catalog.=) 'on' $$;
+
 CREATE FUNCTION claim._coord_primary(fn text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
@@ -806,7 +814,9 @@ BEGIN
     -- Its leases: released at once when it is closed; when it expired they
     -- stay held until its expiry + lock_delay (its claims ran out with it).
     -- Each lease it still held is recorded in the watch: 'released' or
-    -- 'expired' (held on for lock_delay).
+    -- 'expired' (held on for lock_delay). With pg_claim.watch_leases on, the
+    -- release records itself, and the expiry is recorded when the lease ends
+    -- (by the worker, or by the grant that takes it over).
     FOR l IN SELECT a.name, a.token, h.holder FROM claim.coord_attached a
                JOIN claim.lease_holders h ON h.name OPERATOR(pg_catalog.=) a.name
                                          AND h.token OPERATOR(pg_catalog.=) a.token
@@ -816,9 +826,11 @@ BEGIN
         IF NOT expired THEN
             IF claim.lease_release(l.name, l.token) THEN
                 n := n OPERATOR(pg_catalog.+) 1;
-                PERFORM claim._coord_log('lease', l.name, 'released', l.token, l.holder);
+                IF NOT claim._coord_watch_leases() THEN
+                    PERFORM claim._coord_log('lease', l.name, 'released', l.token, l.holder);
+                END IF;
             END IF;
-        ELSIF NOT EXISTS (SELECT FROM claim.lease_released x
+        ELSIF NOT claim._coord_watch_leases() AND NOT EXISTS (SELECT FROM claim.lease_released x
                            WHERE x.name OPERATOR(pg_catalog.=) l.name AND x.token OPERATOR(pg_catalog.=) l.token) THEN
             PERFORM claim._coord_log('lease', l.name, 'expired', l.token, l.holder);
         END IF;
@@ -1174,6 +1186,16 @@ $$;
 -- The worker's round (src/worker/coordination.cpp): end expired sessions,
 -- record the end of leaders whose ttl ran out, trim the watch log to
 -- pg_claim.watch_retention. Returns when to look again (NULL: nothing due).
+-- The next end of a live lease holding (NULL when leases are not watched).
+CREATE FUNCTION claim._coord_next_lease_end(leases boolean, now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.min(h.expires_at) FROM claim.lease_holders h
+     WHERE leases AND h.expires_at OPERATOR(pg_catalog.>) now
+$$;
+
 CREATE FUNCTION claim._coord_maintain()
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -1185,10 +1207,19 @@ DECLARE
     keep interval := COALESCE(pg_catalog.current_setting('pg_claim.watch_retention', true), '1h')::interval;
     cut bigint;
     now timestamptz := pg_catalog.clock_timestamp();
+    leases boolean := claim._coord_watch_leases();
+    e record;
 BEGIN
     -- Anything to do? Then take the log's lock, unless a transaction that
     -- is writing a change holds it: the worker never waits for one.
     IF EXISTS (SELECT FROM claim.coord_sessions s WHERE s.expires OPERATOR(pg_catalog.<=) now)
+       OR (leases AND EXISTS (SELECT FROM claim.lease_holders h
+                               WHERE h.expires_at OPERATOR(pg_catalog.<=) now
+                                 AND h.expires_at OPERATOR(pg_catalog.>) h.acquired_at
+                                 AND NOT EXISTS (SELECT FROM claim.lease_released x
+                                                  WHERE x.name OPERATOR(pg_catalog.=) h.name
+                                                    AND x.slot OPERATOR(pg_catalog.=) h.slot
+                                                    AND x.token OPERATOR(pg_catalog.=) h.token)))
        OR EXISTS (SELECT FROM claim.coord_leaders c WHERE c.ended IS NULL AND c.session_id IS NULL
                      AND c.until OPERATOR(pg_catalog.<=) now)
        OR EXISTS (SELECT FROM claim.coord_changes c WHERE c.at OPERATOR(pg_catalog.<) (now OPERATOR(pg_catalog.-) keep)) THEN
@@ -1200,7 +1231,23 @@ BEGIN
     ELSE
         RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
                      (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
-                       WHERE c.ended IS NULL AND c.session_id IS NULL));
+                       WHERE c.ended IS NULL AND c.session_id IS NULL),
+                     claim._coord_next_lease_end(leases, now));
+    END IF;
+    -- With pg_claim.watch_leases on: each lease holding that ran out and that
+    -- no grant took over is recorded as 'expired', and marked so (its expiry
+    -- moves back to its grant, as a grant of the other mode retires one).
+    IF leases THEN
+        FOR e IN UPDATE claim.lease_holders h SET expires_at = h.acquired_at
+                  WHERE h.expires_at OPERATOR(pg_catalog.<=) now
+                    AND h.expires_at OPERATOR(pg_catalog.>) h.acquired_at
+                    AND NOT EXISTS (SELECT FROM claim.lease_released x
+                                     WHERE x.name OPERATOR(pg_catalog.=) h.name
+                                       AND x.slot OPERATOR(pg_catalog.=) h.slot
+                                       AND x.token OPERATOR(pg_catalog.=) h.token)
+                 RETURNING h.name, h.token, h.holder LOOP
+            PERFORM claim._coord_log('lease', e.name, 'expired', e.token, e.holder);
+        END LOOP;
     END IF;
     FOR r IN SELECT * FROM claim.coord_sessions s WHERE s.expires OPERATOR(pg_catalog.<=) now
               ORDER BY s.expires LIMIT 1000 FOR UPDATE SKIP LOCKED LOOP
@@ -1221,7 +1268,8 @@ BEGIN
     END IF;
     RETURN LEAST((SELECT pg_catalog.min(s.expires) FROM claim.coord_sessions s),
                  (SELECT pg_catalog.min(c.until) FROM claim.coord_leaders c
-                   WHERE c.ended IS NULL AND c.session_id IS NULL));
+                   WHERE c.ended IS NULL AND c.session_id IS NULL),
+                 claim._coord_next_lease_end(leases, now));
 END
 $$;
 
@@ -1231,7 +1279,7 @@ $$;
 REVOKE EXECUTE ON FUNCTION
     claim._coord_token(), claim._coord_wait(bigint, bigint), claim._coord_wake(bigint),
     claim._coord_key(text, text), claim._coord_log(text, text, text, bigint, text),
-    claim._coord_primary(text), claim._coord_ms(interval, text),
+    claim._coord_watch_leases(), claim._coord_primary(text), claim._coord_ms(interval, text),
     claim._coord_session(bigint, text, boolean),
     claim.session_open(interval, text, interval), claim.session_keepalive(bigint),
     claim._coord_end_session(claim.coord_sessions, boolean), claim.session_close(bigint),
@@ -1239,12 +1287,12 @@ REVOKE EXECUTE ON FUNCTION
     claim.elect(text, interval, bigint, text, interval), claim.resign(text, bigint),
     claim.latch(text, integer), claim.count_down(text), claim.latch_wait(text, interval),
     claim.revision(), claim.watch(text, bigint, interval), claim._coord_maintain(),
-    claim._coord_compacted()
+    claim._coord_compacted(), claim._coord_next_lease_end(boolean, timestamptz)
   FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     claim._coord_token(), claim._coord_wait(bigint, bigint), claim._coord_wake(bigint),
     claim._coord_key(text, text), claim._coord_log(text, text, text, bigint, text),
-    claim._coord_primary(text), claim._coord_ms(interval, text),
+    claim._coord_watch_leases(), claim._coord_primary(text), claim._coord_ms(interval, text),
     claim._coord_session(bigint, text, boolean),
     claim.session_open(interval, text, interval), claim.session_keepalive(bigint),
     claim._coord_end_session(claim.coord_sessions, boolean), claim.session_close(bigint),
@@ -1254,6 +1302,7 @@ GRANT EXECUTE ON FUNCTION
     claim.revision(), claim.watch(text, bigint, interval), claim._coord_compacted()
   TO claim_worker, claim_admin;
 GRANT EXECUTE ON FUNCTION claim._coord_maintain() TO claim_admin;
+GRANT EXECUTE ON FUNCTION claim._coord_next_lease_end(boolean, timestamptz) TO claim_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON claim.coord_sessions, claim.coord_leaders,
                                         claim.coord_latches, claim.coord_changes TO claim_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON claim.coord_sessions, claim.coord_leaders,
@@ -1342,9 +1391,12 @@ BEGIN
     IF tok IS NULL THEN RETURN NULL; END IF;
     -- The session may have ended during a wait: checked again under its lock.
     PERFORM claim._coord_attach_lease(session, name, tok);
-    PERFORM claim._coord_log('lease', name,
-                             CASE mode WHEN 'shared' THEN 'acquired_shared' ELSE 'acquired' END,
-                             tok, COALESCE(holder, r.holder));
+    -- (with pg_claim.watch_leases on, the grant recorded it already)
+    IF NOT claim._coord_watch_leases() THEN
+        PERFORM claim._coord_log('lease', name,
+                                 CASE mode WHEN 'shared' THEN 'acquired_shared' ELSE 'acquired' END,
+                                 tok, COALESCE(holder, r.holder));
+    END IF;
     RETURN tok;
 END
 $$;

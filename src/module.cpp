@@ -4,6 +4,7 @@
 // knows every layer (see docs/development.md, "Layout").
 #include "api/caches.hpp"
 #include "api/fair.hpp"
+#include "api/lease_watch.hpp"
 #include "api/partition.hpp"
 #include "pg/pg.hpp"
 #include "pg/xact_locks.hpp"
@@ -65,6 +66,13 @@ void define_gucs() {
         "(docs/coordination.md).",
         &guc_watch_retention_s, 3600, 1, 366 * 24 * 3600, PGC_SUSET, GUC_UNIT_S, nullptr,
         nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "pg_claim.watch_leases",
+        "Records every grant, release and expiry of a named lease in the watch log.",
+        "claim.watch() then shows leases taken with claim.lease_acquire and "
+        "claim.lease_acquire_shared, not only those of sessions. Each grant and release then "
+        "writes the log, whose writers take turns until they commit (docs/coordination.md).",
+        &pgclaim::api::guc_watch_leases, false, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomBoolVariable(
         "pg_claim.notify", "The worker sends NOTIFY pg_claim, '<queue>' when items become ready.",
         "One coalesced notification per queue, from the worker's own transaction.", &guc_notify,

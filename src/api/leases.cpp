@@ -30,6 +30,7 @@
 //  * every check reads the latest committed state. The grant of a slot that
 //    has a row, the read of the holders and the release go through direct
 //    index probes and updates (pg/direct_leases.hpp); the rest through SPI.
+#include "api/lease_watch.hpp"
 #include "api/partition.hpp"
 #include "api/tokens.hpp"
 #include "pg/item_locks.hpp"
@@ -191,6 +192,16 @@ Stmt s_retire = {
     "  AND h.expires_at > h.acquired_at AND NOT " RELEASED("h"),
     3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
 
+// The same, recording each holding it ends as 'expired' in the watch log
+// (pg_claim.watch_leases).
+Stmt s_retire_watched = {
+    "WITH r AS (UPDATE claim.lease_holders h SET expires_at = h.acquired_at "
+    "  WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at <= $3"
+    "    AND h.expires_at > h.acquired_at AND NOT " RELEASED("h") " "
+    "  RETURNING h.name, h.token, h.holder) "
+    "SELECT claim._coord_log('lease', r.name, 'expired', r.token, r.holder) FROM r ORDER BY r.token",
+    3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
+
 Stmt s_other_live = {
     "SELECT min(h.expires_at) FROM claim.lease_holders h "
     "WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at > $3 AND NOT " RELEASED("h"),
@@ -268,7 +279,7 @@ bool other_mode_allows(const NameArg &n, const Ask &a, const direct::LeaseHolder
     if (blocked) return false;
     if (!to_retire) return true;
     Datum v[3] = {PointerGetDatum(n.t), BoolGetDatum(!a.shared), TimestampTzGetDatum(now)};
-    (void)pg::run(s_retire, v, nullptr);
+    (void)pg::run(api::guc_watch_leases ? s_retire_watched : s_retire, v, nullptr);
     pg::free_result();
     (void)pg::run(s_other_live, v, nullptr);
     bool isnull;
@@ -296,6 +307,7 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
     int32 *free_slots = (int32 *)palloc(sizeof(int32) * nslots);
     int64 *old_token = (int64 *)palloc(sizeof(int64) * nslots);  // 0: no row
     bool *expired = (bool *)palloc(sizeof(bool) * nslots);       // not released
+    bool *unrecorded = (bool *)palloc(sizeof(bool) * nslots);    // expired, not retired
     TimestampTz deadline = pg::clock_now() + a.wait_us;
     const char *shown = n.shown;
     int64 token = 0;
@@ -316,6 +328,7 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
         for (int32 s = 0; s < nslots; ++s) {
             old_token[s] = 0;
             expired[s] = false;
+            unrecorded[s] = false;
         }
         // Rows planned over: this mode's (the exclusive request of a
         // semaphore plans over every row, as it did before shared holders
@@ -332,6 +345,7 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
             if (slot >= 0 && slot < nslots) {
                 old_token[slot] = read[r].token;
                 expired[slot] = read[r].expires_at != DT_NOBEGIN;  // -infinity: released
+                unrecorded[slot] = expired[slot] && read[r].expires_at > read[r].acquired_at;
             }
         }
         int32 nfree = 0;
@@ -368,11 +382,18 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
             // it expired, not because it was released); lease_take checks
             // both on the latest row version.
             if (old_token[slot - base] != 0) {
+                api::EndedHolding ended;
+                if (unrecorded[slot - base])
+                    ended = api::watch_lease_ending(PointerGetDatum(n.t), slot,
+                                                    old_token[slot - base]);
                 granted = direct::lease_take(lt, PointerGetDatum(n.t), slot,
                                              old_token[slot - base], expired[slot - base], now,
                                              now + a.ttl_us, a.holder, a.holder_null, mark,
                                              &token);
-                if (granted) break;  // the lock stays until the transaction ends
+                if (granted) {  // the lock stays until the transaction ends
+                    api::watch_lease_expired(PointerGetDatum(n.t), ended);
+                    break;
+                }
             } else {
                 Datum gv[6] = {PointerGetDatum(n.t),     Int32GetDatum(slot),
                                a.holder,                 Int32GetDatum(mark),
@@ -403,8 +424,11 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
             CHECK_FOR_INTERRUPTS();
     }
     direct::lease_close(lt);
-    // The token must be durable before it leaves the server.
-    if (granted) api::after_tokens();
+    if (granted) {
+        api::watch_lease_granted(PointerGetDatum(n.t), token, a.shared, a.holder, a.holder_null);
+        // The token must be durable before it leaves the server.
+        api::after_tokens();
+    }
     SPI_finish();
     if (!granted) PG_RETURN_NULL();
     PG_RETURN_INT64(token);
@@ -463,6 +487,11 @@ PGCLAIM_FUNCTION(pgclaim_lease_release) {
         SPI_connect();
         Datum v[3] = {PointerGetDatum(n.t), Int64GetDatum(token), TimestampTzGetDatum(now)};
         live = pg::run(s_release, v, nullptr) > 0;
+        SPI_finish();
+    }
+    if (live && api::guc_watch_leases) {
+        SPI_connect();
+        api::watch_lease_released(PointerGetDatum(n.t), token);
         SPI_finish();
     }
     // A slot is free once this commits: wake a waiter.

@@ -1,6 +1,7 @@
 // The coordination service's part of a worker round: claim._coord_maintain()
 // ends expired sessions (their leaderships end, lock_delay applies), records
-// the end of leaders whose ttl ran out, and trims the watch log to
+// the end of leaders whose ttl ran out (and, with pg_claim.watch_leases, of
+// lease holdings that ran out), and trims the watch log to
 // pg_claim.watch_retention; it returns when it is due again.
 #include "worker/coordination.hpp"
 
