@@ -15,7 +15,11 @@
 #      each its own election, SECS seconds);
 #   3. watch delivery latency (p50, p99 of WAKES (200)): a backend waiting in
 #      claim.watch(prefix, after, wait) is woken by another's claim.count_down;
-#      from the writer's COMMIT returning to the watcher's rows arriving.
+#      from the writer's COMMIT returning to the watcher's rows arriving;
+#   4. lease acquire + release per second (CLIENTS clients, SECS seconds
+#      each): claim.lease_acquire_shared of one name for all, against
+#      claim.lease_acquire of a name per client, and the same with
+#      pg_claim.watch_leases on (every grant and release in the watch log).
 #
 # Environment: CLIENTS, SECS, WAKES; the cluster as test/bench/lib.sh makes it.
 set -euo pipefail
@@ -54,6 +58,9 @@ echo "SELECT claim.session_keepalive(:s);" >>"$WORK/keepalive.sql"
     echo "COMMIT;"
 } >"$WORK/extend.sql"
 echo "SELECT claim.elect('b_e' || :client_id, '10 s') IS NOT NULL AS led; SELECT epoch FROM claim.leader('b_e' || :client_id);" >"$WORK/elect.sql"
+echo "SELECT claim.lease_release('b_l', claim.lease_acquire_shared('b_l', '10 s'));" >"$WORK/shared.sql"
+echo "SELECT claim.lease_release('b_x' || :client_id, claim.lease_acquire('b_x' || :client_id, '10 s'));" >"$WORK/exclusive.sql"
+{ echo "SET pg_claim.watch_leases = on;"; cat "$WORK/exclusive.sql"; } >"$WORK/watched.sql"
 chmod 644 "$WORK"/*.sql
 
 echo "== renewing 100 claims per worker: $CLIENTS workers, ${SECS} s each"
@@ -108,3 +115,9 @@ for i in range(n):
         lat.append((got["t"] - sent) * 1000)
 print(f"delivered {len(lat)} of {n}: p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms")
 PY
+
+echo "== lease acquire + release: $CLIENTS clients, ${SECS} s each"
+for how in shared exclusive watched; do
+    out=$(pgbench_ -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" -f "$WORK/$how.sql" bench)
+    printf '%-10s %10s cycles/s\n' "$how" "$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
+done
