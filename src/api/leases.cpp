@@ -33,6 +33,7 @@
 #include "api/lease_watch.hpp"
 #include "api/partition.hpp"
 #include "api/tokens.hpp"
+#include "pg/compat.hpp"
 #include "pg/item_locks.hpp"
 #include "pg/direct_leases.hpp"
 #include "core/error.hpp"
@@ -368,7 +369,11 @@ Datum acquire(FunctionCallInfo fcinfo, const NameArg &n, const Ask &a) {
             held = !a.shared && !busy;
             nfree = 0;
         }
-        for (int i = 0; i < nfree; ++i) {
+        // Shared requests start at a slot of their own backend's choosing,
+        // so that many at once do not all try the same free slot first.
+        int first = a.shared && nfree > 0 ? pg::compat::my_procno() % nfree : 0;
+        for (int k = 0; k < nfree; ++k) {
+            int i = (first + k) % nfree;
             int32 slot = free_slots[i] + base;
             uint64 key = slot_key(n, slot);
             if (!pg::lock_lease(key, false)) {  // a grant in flight, or lease_assert

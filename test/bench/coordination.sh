@@ -30,7 +30,7 @@ bench_init coordination
 CLIENTS=${CLIENTS:-2}
 SECS=${SECS:-10}
 WAKES=${WAKES:-200}
-BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5581)"
+BENCH_MAX_CONNECTIONS=$((CLIENTS + 20)) BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5581)"
 psql_() { sql "$@"; }
 pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
 psql_ <<SQL
