@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pg_claim against a peer queue on the same server: pgmq 1.5.1 (pure SQL, installed from
-# test/bench/peers/pgmq-1.5.1.sql, see test/bench/peers/README), the same backlog in both,
+# test/bench/peers/vendor/pgmq/pgmq-1.5.1.sql, see its README), the same backlog in both,
 # alternating windows (A B B A, each side's figure the mean of its two).
 #
 #   bash test/bench/peers.sh               15 s windows (~3 min)
@@ -32,7 +32,7 @@ WINDOWS=${WINDOWS:-2}
 BACKLOG=${BENCH_BACKLOG:-300000}
 BATCH=${BENCH_BATCH:-500}
 BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-4}
-PGMQ_SQL=$HERE/peers/pgmq-1.5.1.sql
+PGMQ_SQL=$HERE/peers/vendor/pgmq/pgmq-1.5.1.sql
 ONLY=" ${BENCH_ONLY:-1 2 3} "
 want() { [[ $ONLY == *" $1 "* ]]; }
 
