@@ -269,7 +269,7 @@ if want 4; then
 fi
 
 # --------------------------------------------------------------------------- summary
-ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
+ELAPSED=$(elapsed_s)
 met_inv() { if [[ -n $2 ]]; then echo INVALID; else echo "$1"; fi; }
 {
     echo "pg_claim claim-core bench  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(nproc) cores"

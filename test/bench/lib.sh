@@ -11,7 +11,8 @@
 #   bench_setup                all three for a windowed bench, with $OUT emptied (see below)
 #
 # Then: sql, settle, run_pgbench, fill_baseline, fill_claim, series_mean, fdiv, fmt, ratio,
-# pin_start / pin_stop (a snapshot held open).
+# pin_start / pin_stop (a snapshot held open), bench_knobs (the common settings),
+# base_batch_script, summary_head, elapsed_s.
 # As root the server runs as the unprivileged OS user `pgclaim`; clients run as the caller and
 # connect through the private socket (PGHOST/PGPORT/PGUSER/PGDATABASE are exported).
 
@@ -339,6 +340,45 @@ SELECT 1 AS one \gset
 UPDATE ref SET n = n + 1 WHERE id = :id;
 EOF
 }
+
+# The hand-written queue's batch of $1 items (claim, then complete them all)
+# into the file $2.
+base_batch_script() {
+    cat >"$2" <<EOF
+WITH c AS (
+  UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
+   WHERE id IN (SELECT id FROM q WHERE status = 'new'
+                 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+   RETURNING id)
+SELECT array_agg(id) AS ids FROM c \gset
+UPDATE q SET status = 'complete' WHERE id = ANY(:ids::bigint[]);
+EOF
+}
+
+# The windowed benches' common settings from the environment: DUR
+# (BENCH_DURATION; 15 s, 5 s with QUICK=1), CLIENTS (16), THREADS (2), WINDOWS
+# (2: A B B A), BACKLOG (BENCH_BACKLOG, default $1).
+bench_knobs() {
+    if [[ ${QUICK:-0} == 1 ]]; then DUR=${BENCH_DURATION:-5}; else DUR=${BENCH_DURATION:-15}; fi
+    CLIENTS=${CLIENTS:-16}
+    THREADS=${THREADS:-2}
+    WINDOWS=${WINDOWS:-2}
+    BACKLOG=${BENCH_BACKLOG:-$1}
+}
+
+# The head of a windowed bench's summary: "pg_claim $1", the server and pgbench
+# settings ($2: extra pgbench options, $3: how each window starts), the
+# library's install time, the table's header.
+summary_head() {
+    echo "pg_claim $1  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(nproc) cores"
+    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared $2-j $THREADS, ${DUR}s windows ($([[ $WINDOWS == 2 ]] && echo "A B B A, mean per side" || echo "A B")), $3"
+    echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC')"
+    echo
+    row_header
+}
+
+# Seconds since T_START.
+elapsed_s() { awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }'; }
 
 # Reference table for the one-row UPDATE transactions.
 make_ref() {

@@ -135,13 +135,9 @@ if want 4; then
 fi
 
 # --------------------------------------------------------------------------- summary
-ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
+ELAPSED=$(elapsed_s)
 {
-    echo "pg_claim lifecycle bench  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(nproc) cores"
-    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -c $CLIENTS -j $THREADS, ${DUR}s windows ($([[ $WINDOWS == 2 ]] && echo "A B B A, mean per side" || echo "A B")), fresh queue/table per window"
-    echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC')"
-    echo
-    row_header
+    summary_head "lifecycle bench" "-c $CLIENTS " "fresh queue/table per window"
     want 1 && ratio_row "1. one-statement loop vs SKIP LOCKED, $CLIENTS cl" loop base 3.0 "jobs/s"
     want 2 && ratio_row "2. claim+complete retain 1h vs retain 0, $CLIENTS cl" keep1h keep0 0.8 "jobs/s"
     if want 3; then

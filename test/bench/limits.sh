@@ -24,11 +24,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
 bench_init limits-bench limits   # ROOT, OUT
-if [[ ${QUICK:-0} == 1 ]]; then DUR=${BENCH_DURATION:-5}; else DUR=${BENCH_DURATION:-15}; fi
-CLIENTS=${CLIENTS:-16}
-THREADS=${THREADS:-2}
-WINDOWS=${WINDOWS:-2}
-BACKLOG=${BENCH_BACKLOG:-300000}
+bench_knobs 300000
 NGROUPS=${BENCH_GROUPS:-10000}
 ONLY=" ${BENCH_ONLY:-1 2} "
 want() { [[ $ONLY == *" $1 "* ]]; }
@@ -58,13 +54,9 @@ if want 2; then
     ab_windows nogroups fill_plain "$S/claim_one.sql" groups fill_groups "$S/claim_one.sql"
 fi
 
-ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
+ELAPSED=$(elapsed_s)
 {
-    echo "pg_claim limits bench  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(nproc) cores"
-    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -c $CLIENTS -j $THREADS, ${DUR}s windows ($([[ $WINDOWS == 2 ]] && echo "A B B A, mean per side" || echo "A B")), fresh queue per window"
-    echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC')"
-    echo
-    row_header
+    summary_head "limits bench" "-c $CLIENTS " "fresh queue per window"
     want 1 && ratio_row "1. max_active 1000000 vs no limits, $CLIENTS cl" active plain 0.9 "jobs/s"
     want 2 && ratio_row "2. group_limit 4, $NGROUPS groups vs no groups, $CLIENTS cl" groups nogroups 0.5 "jobs/s"
     echo

@@ -25,11 +25,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
 bench_init peers-bench peers   # ROOT, OUT
-if [[ ${QUICK:-0} == 1 ]]; then DUR=${BENCH_DURATION:-5}; else DUR=${BENCH_DURATION:-15}; fi
-CLIENTS=${CLIENTS:-16}
-THREADS=${THREADS:-2}
-WINDOWS=${WINDOWS:-2}
-BACKLOG=${BENCH_BACKLOG:-300000}
+bench_knobs 300000
 BATCH=${BENCH_BATCH:-500}
 BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-4}
 PGMQ_SQL=$HERE/peers/vendor/pgmq/pgmq-1.5.1.sql
@@ -51,15 +47,7 @@ cat >"$S/pgmq_batch.sql" <<EOF
 SELECT array_agg(msg_id) AS ids FROM pgmq.read('bench', 30, $BATCH) \gset
 SELECT count(*) FROM pgmq.delete('bench', :ids::bigint[]);
 EOF
-cat >"$S/base_batch.sql" <<EOF
-WITH c AS (
-  UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
-   WHERE id IN (SELECT id FROM q WHERE status = 'new'
-                 ORDER BY id LIMIT $BATCH FOR UPDATE SKIP LOCKED)
-   RETURNING id)
-SELECT array_agg(id) AS ids FROM c \gset
-UPDATE q SET status = 'complete' WHERE id = ANY(:ids::bigint[]);
-EOF
+base_batch_script "$BATCH" "$S/base_batch.sql"
 cat >"$S/claim_enqueue.sql" <<'EOF'
 SELECT claim.enqueue('bench', '{"n":1}');
 EOF
@@ -130,13 +118,9 @@ if want 4; then
     CLIENTS=$saved
 fi
 
-ELAPSED=$(awk -v a="$T_START" -v b="$(now_s)" 'BEGIN { printf "%.0f", b - a }')
+ELAPSED=$(elapsed_s)
 {
-    echo "pg_claim peers bench (pgmq 1.5.1)  $(date -u '+%Y-%m-%d %H:%M UTC')  commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')  $(nproc) cores"
-    echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), shared_buffers 1GB, synchronous_commit on, pgbench -M prepared -j $THREADS, ${DUR}s windows ($([[ $WINDOWS == 2 ]] && echo "A B B A, mean per side" || echo "A B")), fresh queue per window"
-    echo "pg_claim.so installed $(date -u -r "$("$PG_CONFIG" --pkglibdir)/pg_claim.so" '+%Y-%m-%d %H:%M UTC')"
-    echo
-    row_header
+    summary_head "peers bench (pgmq 1.5.1)" "" "fresh queue per window"
     want 1 && ratio_row "1. single claim + complete vs pgmq, $CLIENTS cl" claim_one pgmq_one 1.0 "jobs/s"
     want 2 && ratio_row "2. batch of $BATCH vs pgmq read + delete, $BATCH_CLIENTS cl" claim_b_items pgmq_b_items 1.5 "items/s"
     want 3 && ratio_row "3. enqueue vs pgmq.send, $CLIENTS cl" claim_enq pgmq_send 1.0 "items/s"

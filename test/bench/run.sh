@@ -121,15 +121,7 @@ cat >"$S/claim_batch.sql" <<EOF
 SELECT array_agg(token) AS tokens FROM claim.claim_next('bench', n => $BATCH) \gset
 SELECT claim.complete_many(:tokens::bigint[]);
 EOF
-cat >"$S/base_batch.sql" <<EOF
-WITH c AS (
-  UPDATE q SET status = 'in-progress', process_id = gen_random_uuid()::text
-   WHERE id IN (SELECT id FROM q WHERE status = 'new'
-                 ORDER BY id LIMIT $BATCH FOR UPDATE SKIP LOCKED)
-   RETURNING id)
-SELECT array_agg(id) AS ids FROM c \gset
-UPDATE q SET status = 'complete' WHERE id = ANY(:ids::bigint[]);
-EOF
+base_batch_script "$BATCH" "$S/base_batch.sql"
 cat >"$S/claim_enqueue.sql" <<'EOF'
 SELECT claim.enqueue('bench2', '{"n":1}');
 EOF

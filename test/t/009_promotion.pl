@@ -33,42 +33,8 @@ $primary->safe_psql('postgres', q{
 	SELECT claim.create_queue('g', lease => '1 hour');
 	SELECT claim.enqueue('g', '{}', group_key => 'a');
 	CREATE SEQUENCE ks;
-	-- enq: every enqueue, in its transaction; effects: one row per item whose
-	-- work committed (the key is the item's), dups: a second effect of a key.
-	CREATE TABLE enq (k bigint PRIMARY KEY);
-	CREATE TABLE effects (k bigint PRIMARY KEY, token bigint NOT NULL);
-	CREATE TABLE dups (k bigint NOT NULL, token bigint NOT NULL);
-	CREATE FUNCTION put(n int) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
-	DECLARE k bigint;
-	BEGIN
-		FOR i IN 1..n LOOP
-			k := nextval('ks');
-			INSERT INTO enq VALUES (k);
-			PERFORM claim.enqueue('p', jsonb_build_object('k', k));
-			RETURN NEXT k;
-		END LOOP;
-	END $$;
-	-- Claims up to n items (one transaction), then works each in its own:
-	-- assert_token, the effect, complete.
-	CREATE PROCEDURE work(n int, INOUT done int DEFAULT 0) LANGUAGE plpgsql AS $$
-	DECLARE toks bigint[]; ks bigint[];
-	BEGIN
-		SELECT coalesce(array_agg(token ORDER BY token), '{}'),
-		       coalesce(array_agg((payload->>'k')::bigint ORDER BY token), '{}')
-		  INTO toks, ks FROM claim.claim_next('p', n);
-		COMMIT;
-		done := coalesce(array_length(toks, 1), 0);
-		FOR i IN 1..done LOOP
-			PERFORM claim.assert_token(toks[i]);
-			INSERT INTO effects VALUES (ks[i], toks[i]) ON CONFLICT (k) DO NOTHING;
-			IF NOT FOUND THEN
-				INSERT INTO dups VALUES (ks[i], toks[i]);
-			END IF;
-			PERFORM claim.complete(toks[i]);
-			COMMIT;
-		END LOOP;
-	END $$;
 });
+$primary->safe_psql('postgres', ledger_sql());
 
 # Live claims, a lease and a guard of the old primary: their tokens must be
 # refused on the standby (25006) and after the promotion (PC001).
@@ -94,15 +60,7 @@ $primary->poll_query_until('postgres',
 
 # Background load: 2 pgbench clients enqueue and work for long enough that the
 # primary stops in its middle.
-my $script = "${PostgreSQL::Test::Utils::tmp_check}/promotion_load.sql";
-open(my $fh, '>', $script) or die "cannot write $script: $!";
-print $fh "SELECT put(2);\nCALL work(3);\n";
-close $fh;
-my ($bench_out, $bench_err) = ('', '');
-my $bench = IPC::Run::start(
-	[ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '60', '-f', $script,
-	  $primary->connstr('postgres') ],
-	'>', \$bench_out, '2>', \$bench_err);
+my $bench = ledger_load($primary, 'promotion');
 
 # The acknowledged enqueues: a key is in @acked once put() returned it.
 my $producer = $primary->background_psql('postgres');
@@ -185,8 +143,8 @@ my %reads = map { $_ => 1 } qw(item_state guard_result token_partition partition
   _steps_wake _steps_wait_children _steps_claim _steps_park
   leader revision watch latch_wait barrier
   _coord_attach_claims _coord_attach_lease _coord_compacted _coord_end_session _coord_key
-  _coord_live_until _coord_log _coord_maintain _coord_ms _coord_primary _coord_session
-  _coord_session_claims _coord_token _coord_wait _coord_wake);
+  _coord_live_until _coord_log _coord_maintain _coord_ms _coord_next_lease_end _coord_primary _coord_session
+  _coord_session_claims _coord_token _coord_wait _coord_wake _coord_watch_leases);
 
 my @all = split /\n/, $standby->safe_psql('postgres',
 	q{SELECT DISTINCT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -252,8 +210,7 @@ for my $read (
 produce() for 1 .. 10;
 $producer->quit;
 $primary->stop('immediate');
-$bench->kill_kill;
-note('pgbench: ' . ($bench_err =~ s/\n/ /gr));
+ledger_load_stop($bench);
 
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()') or die 'no promotion';

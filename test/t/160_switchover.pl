@@ -30,44 +30,9 @@ my $conf = "max_connections = 30\npg_claim.worker_naptime = 200\n";
 my $blue = pgclaim_node('blue', $conf, allows_streaming => 'logical');
 my $green = pgclaim_node('green', $conf);
 
-# The ledger, the same on both sides (the publication copies it too): enq,
-# one row per enqueued item (its key k); effects, one row per item whose work
-# committed, with the token and the side; dups, a second effect of a key.
-my $ledger = q{
-	CREATE TABLE enq (k bigint PRIMARY KEY);
-	CREATE TABLE effects (k bigint PRIMARY KEY, token bigint NOT NULL, side text NOT NULL);
-	CREATE TABLE dups (k bigint NOT NULL, token bigint NOT NULL, side text NOT NULL);
-	CREATE FUNCTION put(n int) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
-	DECLARE k bigint;
-	BEGIN
-		FOR i IN 1..n LOOP
-			k := nextval('ks');
-			INSERT INTO enq VALUES (k);
-			PERFORM claim.enqueue('p', jsonb_build_object('k', k));
-			RETURN NEXT k;
-		END LOOP;
-	END $$;
-	-- Claims up to n items (one transaction), then works each in its own.
-	CREATE PROCEDURE work(n int, INOUT done int DEFAULT 0) LANGUAGE plpgsql AS $$
-	DECLARE toks bigint[]; ks bigint[];
-	BEGIN
-		SELECT coalesce(array_agg(token ORDER BY token), '{}'),
-		       coalesce(array_agg((payload->>'k')::bigint ORDER BY token), '{}')
-		  INTO toks, ks FROM claim.claim_next('p', n);
-		COMMIT;
-		done := coalesce(array_length(toks, 1), 0);
-		FOR i IN 1..done LOOP
-			PERFORM claim.assert_token(toks[i]);
-			INSERT INTO effects VALUES (ks[i], toks[i], current_setting('cluster_name'))
-			    ON CONFLICT (k) DO NOTHING;
-			IF NOT FOUND THEN
-				INSERT INTO dups VALUES (ks[i], toks[i], current_setting('cluster_name'));
-			END IF;
-			PERFORM claim.complete(toks[i]);
-			COMMIT;
-		END LOOP;
-	END $$;
-};
+# The ledger (PgClaimNode::ledger_sql), the same on both sides: the
+# publication copies it too.
+my $ledger = ledger_sql();
 
 $blue->safe_psql('postgres', qq{
 	CREATE EXTENSION pg_claim;
@@ -89,14 +54,7 @@ my $old_guard = $blue->safe_psql('postgres', q{SELECT claim.guard_begin('G', '1 
 $blue->safe_psql('postgres', q{SELECT claim.once('k1')});
 
 # Producers and workers on blue while green subscribes.
-my $script = "${PostgreSQL::Test::Utils::tmp_check}/switchover_load.sql";
-open(my $fh, '>', $script) or die "cannot write $script: $!";
-print $fh "SELECT put(2);\nCALL work(3);\n";
-close $fh;
-my ($bench_out, $bench_err) = ('', '');
-my $bench = IPC::Run::start(
-	[ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '60', '-f', $script, $blue->connstr('postgres') ],
-	'>', \$bench_out, '2>', \$bench_err);
+my $bench = ledger_load($blue, 'switchover');
 
 # A publication of every table needs a replica identity on the tables whose
 # rows are updated or deleted: pg_claim's logged tables have primary keys,
@@ -141,8 +99,7 @@ is(join(' ', grep { !$blue_ticks{$_} } @green_ticks), '',
 # The switchover: stop blue's producers and workers, let green catch up,
 # disable the subscription; blue stops (its worker also writes).
 # ---------------------------------------------------------------------------
-$bench->kill_kill;
-note('pgbench: ' . ($bench_err =~ s/\n/ /gr));
+ledger_load_stop($bench);
 # A worker of blue holds 5 claims across the switchover (it never completes).
 $blue->safe_psql('postgres', q{SELECT count(*) FROM put(10)});
 my $held_keys = $blue->safe_psql('postgres',

@@ -10,6 +10,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Worker, Client } = require('..');
 const { DSN, uniqueName, makePool, sleep, waitFor } = require('./helpers');
+const helpers = require('./helpers');
 
 let pool;
 let client;
@@ -23,11 +24,7 @@ test.after(async () => {
   await pool.end();
 });
 
-async function newQueue(prefix, opts = {}) {
-  const queue = uniqueName(prefix);
-  await client.createQueue(queue, opts);
-  return queue;
-}
+const newQueue = (prefix, opts) => helpers.newQueue(client, prefix, opts);
 
 async function rows(sql, params) {
   return (await pool.query(sql, params)).rows;

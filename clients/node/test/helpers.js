@@ -64,4 +64,11 @@ async function features(pool) {
   return detectFeatures(pool);
 }
 
-module.exports = { DSN, uniqueName, makePool, sleep, waitFor, spawnWorker, features };
+// A queue of a unique name made with `client` (a Client), for one test.
+async function newQueue(client, prefix, opts = {}) {
+  const queue = uniqueName(prefix);
+  await client.createQueue(queue, opts);
+  return queue;
+}
+
+module.exports = { DSN, uniqueName, makePool, sleep, waitFor, spawnWorker, features, newQueue };

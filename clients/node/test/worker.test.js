@@ -8,6 +8,7 @@ const assert = require('node:assert/strict');
 const pg = require('pg');
 const { Worker, Client, RetryError, StaleTokenError } = require('..');
 const { DSN, uniqueName, makePool, sleep, waitFor, features } = require('./helpers');
+const helpers = require('./helpers');
 
 let pool;
 let client;
@@ -23,11 +24,7 @@ test.after(async () => {
   await pool.end();
 });
 
-async function newQueue(prefix, opts = {}) {
-  const queue = uniqueName(prefix);
-  await client.createQueue(queue, opts);
-  return queue;
-}
+const newQueue = (prefix, opts) => helpers.newQueue(client, prefix, opts);
 
 async function newTable(name) {
   await pool.query(`CREATE TABLE ${name} (id bigint NOT NULL, who text NOT NULL, attempt int)`);
