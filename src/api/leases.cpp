@@ -187,19 +187,17 @@ constexpr int32 kMaxShared = kMaxPermits;
 // flight (it checked the expiry before it passed) then waits for this
 // update and finds the holding expired; one that committed first is seen
 // by s_other_live. $2: the other mode is shared.
-Stmt s_retire = {
-    "UPDATE claim.lease_holders h SET expires_at = h.acquired_at "
-    "WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at <= $3"
-    "  AND h.expires_at > h.acquired_at AND NOT " RELEASED("h"),
-    3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
+#define RETIRE                                                                     \
+    "UPDATE claim.lease_holders h SET expires_at = h.acquired_at "                 \
+    "WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at <= $3"            \
+    "  AND h.expires_at > h.acquired_at AND NOT " RELEASED("h")
+
+Stmt s_retire = {RETIRE, 3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
 
 // The same, recording each holding it ends as 'expired' in the watch log
 // (pg_claim.watch_leases).
 Stmt s_retire_watched = {
-    "WITH r AS (UPDATE claim.lease_holders h SET expires_at = h.acquired_at "
-    "  WHERE h.name = $1 AND (h.permits = 0) = $2 AND h.expires_at <= $3"
-    "    AND h.expires_at > h.acquired_at AND NOT " RELEASED("h") " "
-    "  RETURNING h.name, h.token, h.holder) "
+    "WITH r AS (" RETIRE " RETURNING h.name, h.token, h.holder) "
     "SELECT claim._coord_log('lease', r.name, 'expired', r.token, r.holder) FROM r ORDER BY r.token",
     3, {TEXTOID, BOOLOID, TIMESTAMPTZOID}, nullptr};
 
