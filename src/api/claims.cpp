@@ -249,11 +249,13 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     // The scan reads a snapshot taken now; every candidate is checked again
     // under its lock with a snapshot taken after the lock was granted.
     direct::Tables *t = direct::open(direct::Mode::Claim);
-    Snapshot scan_snap = direct::latest();
-    // A fair queue is walked key by key in the scheduler's order (api/fair.hpp).
+    // A fair queue is walked key by key in the scheduler's order (api/fair.hpp);
+    // the scheduler's activations are counted before the snapshot is taken.
     bool fair = api::fair_queue(q.queue_id);
+    uint64 fair_seen = fair ? api::fair_activations() : 0;
+    Snapshot scan_snap = direct::latest();
     api::FairSource *fsrc =
-        fair ? api::fair_source_begin(t, q.queue_id, n, scan_snap, now) : nullptr;
+        fair ? api::fair_source_begin(t, q.queue_id, n, scan_snap, now, fair_seen) : nullptr;
     direct::ReadyScan *scan =
         fair ? nullptr
              : direct::ready_begin(t, q.queue_id, w.from_head ? nullptr : &w.start, true,

@@ -311,6 +311,7 @@ struct FairSource {
     int32 queue_id;
     Snapshot snap;
     TimestampTz now;
+    uint64 seen;  // fair_activations before snap was taken
     int n;
     // The plan: keys in the order of their first pick, with their quota.
     int32 *plan_key;
@@ -380,7 +381,7 @@ void end_key(FairSource *s, bool exhausted) {
 // A key found exhausted leaves the active set, remembered in case this
 // transaction rolls back (reactivate_dropped).
 void deactivate(FairSource *s, int32 key) {
-    shmem::fair_deactivate(s->install, s->queue_id, key);
+    if (!shmem::fair_deactivate(s->install, s->queue_id, key, s->seen)) return;
     if (ndropped_here < kMaxPending)
         dropped_here[ndropped_here++] = Pending{s->install, s->queue_id, key};
 }
@@ -393,14 +394,17 @@ bool taken_before(FairSource *s, int64 id) {
 
 }  // namespace
 
+uint64 fair_activations() { return shmem::fair_activations(); }
+
 FairSource *fair_source_begin(direct::Tables *t, int32 queue_id, int n, Snapshot snap,
-                              TimestampTz now) {
+                              TimestampTz now, uint64 seen) {
     FairSource *s = (FairSource *)palloc0(sizeof(FairSource));
     s->t = t;
     s->install = direct::items_relid();
     s->queue_id = queue_id;
     s->snap = snap;
     s->now = now;
+    s->seen = seen;
     s->n = n;
     s->plan_key = (int32 *)palloc(sizeof(int32) * n);
     s->plan_quota = (int *)palloc(sizeof(int) * n);
@@ -429,7 +433,7 @@ FairSource *fair_source_begin(direct::Tables *t, int32 queue_id, int n, Snapshot
     if (d.discover) {
         int32 *k = (int32 *)palloc(sizeof(int32) * shmem::kFairKeysPerQueue);
         int nk = direct::fair_keys_ready(t, queue_id, snap, k, shmem::kFairKeysPerQueue);
-        shmem::fair_activate(s->install, queue_id, k, nk);
+        shmem::fair_activate(s->install, queue_id, k, nk, false);
         pfree(k);
     }
     plan(s);

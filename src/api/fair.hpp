@@ -48,9 +48,14 @@ void fair_queue_dropped(int32 queue_id);
 // order: the round's claims are picked key by key (core/fair.hpp), each
 // key's ready items in delivery order. When no key yields anything, the
 // queue's whole ready index is walked (items without a fair key).
+//
+// `seen` is fair_activations() read before `snap` was taken: a key that its
+// walk finds exhausted leaves the active set only when it was not activated
+// since (a commit that made its items ready after the snapshot).
 struct FairSource;
+uint64 fair_activations();
 FairSource *fair_source_begin(pg::direct::Tables *t, int32 queue_id, int n, Snapshot snap,
-                              TimestampTz now);
+                              TimestampTz now, uint64 seen);
 bool fair_source_next(FairSource *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
                       ItemPointerData *tid);
 // The item last returned became a candidate of the round.

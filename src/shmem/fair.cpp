@@ -5,6 +5,7 @@
 
 extern "C" {
 #include "miscadmin.h"
+#include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 }
@@ -21,6 +22,7 @@ struct KeyCounts {
     int32 pad;
     int64 step;  // the step of counts[step % kSteps]
     uint32 counts[kSteps];
+    uint64 activated;  // the fair_activations number of its last activation
 };
 
 struct Slot {
@@ -39,11 +41,13 @@ struct Directory {
     LWLock *lock;          // the directory
     LWLockPadded *locks;   // one per slot (the tranche's first kFairQueues)
     uint64 clock;
+    pg_atomic_uint64 *activations;  // in the segment (a backend's own without it)
     char *slots;
 };
 
 Directory dir;
 bool local = false;  // no shared memory: this backend's own tables
+pg_atomic_uint64 local_activations;
 
 Size slot_size() {
     return MAXALIGN(offsetof(Slot, table) + fair_table_size(kFairKeysPerQueue));
@@ -54,6 +58,8 @@ void ensure() {
     if (dir.slots != nullptr) return;
     // Not preloaded: tables of this backend, without locks.
     dir.slots = (char *)MemoryContextAllocZero(TopMemoryContext, slot_size() * kFairQueues);
+    pg_atomic_init_u64(&local_activations, 0);
+    dir.activations = &local_activations;
     local = true;
 }
 
@@ -134,18 +140,24 @@ int64 last_minute(KeyCounts *c, int64 step) {
 
 }  // namespace
 
-Size fair_shmem_size() { return add_size(MAXALIGN(sizeof(uint64)), mul_size(slot_size(), kFairQueues)); }
+Size fair_shmem_size() {
+    return add_size(MAXALIGN(sizeof(pg_atomic_uint64)), mul_size(slot_size(), kFairQueues));
+}
 
 void fair_shmem_request() { RequestNamedLWLockTranche("pg_claim fair", kFairQueues + 1); }
 
 void fair_shmem_init() {
     bool found;
     char *base = (char *)ShmemInitStruct("pg_claim fair", fair_shmem_size(), &found);
-    if (!found) memset(base, 0, fair_shmem_size());
+    if (!found) {
+        memset(base, 0, fair_shmem_size());
+        pg_atomic_init_u64((pg_atomic_uint64 *)base, 0);
+    }
     LWLockPadded *locks = GetNamedLWLockTranche("pg_claim fair");
     dir.lock = &locks[kFairQueues].lock;
     dir.locks = locks;
-    dir.slots = base + MAXALIGN(sizeof(uint64));
+    dir.activations = (pg_atomic_uint64 *)base;
+    dir.slots = base + MAXALIGN(sizeof(pg_atomic_uint64));
     local = false;
 }
 
@@ -175,12 +187,25 @@ void fair_load_weights(Oid install, int32 queue_id, uint64 epoch, const int32 *k
     unlock(i);
 }
 
-void fair_activate(Oid install, int32 queue_id, const int32 *keys, int n) {
+void fair_activate(Oid install, int32 queue_id, const int32 *keys, int n, bool stamp) {
     if (n <= 0) return;
     int i = find(install, queue_id, true);
     Slot *s = slot_at(i);
-    for (int k = 0; k < n; ++k) pgclaim::fair_activate(&s->table, keys[k], 0);
+    // A full barrier: the commit that made the items visible comes before.
+    uint64 number = stamp ? pg_atomic_add_fetch_u64(dir.activations, 1) : 0;
+    for (int k = 0; k < n; ++k) {
+        pgclaim::fair_activate(&s->table, keys[k], 0);
+        if (!stamp) continue;
+        if (KeyCounts *c = counts_of(s, keys[k])) c->activated = number;
+    }
     unlock(i);
+}
+
+uint64 fair_activations() {
+    ensure();
+    uint64 number = pg_atomic_read_u64(dir.activations);
+    pg_memory_barrier();  // read before the snapshot that follows is taken
+    return number;
 }
 
 int fair_pick(Oid install, int32 queue_id, int n, int32 *out) {
@@ -190,11 +215,15 @@ int fair_pick(Oid install, int32 queue_id, int n, int32 *out) {
     return got;
 }
 
-void fair_deactivate(Oid install, int32 queue_id, int32 key_id) {
+bool fair_deactivate(Oid install, int32 queue_id, int32 key_id, uint64 seen) {
     int i = find(install, queue_id, false);
-    if (i < 0) return;
-    pgclaim::fair_deactivate(&slot_at(i)->table, key_id);
+    if (i < 0) return false;
+    Slot *s = slot_at(i);
+    KeyCounts *c = counts_of(s, key_id);
+    bool leave = c == nullptr || c->activated <= seen;
+    if (leave) pgclaim::fair_deactivate(&s->table, key_id);
     unlock(i);
+    return leave;
 }
 
 void fair_set_weight(Oid install, int32 queue_id, int32 key_id, int32 weight) {

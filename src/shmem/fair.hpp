@@ -43,11 +43,20 @@ FairDuties fair_begin(Oid install, int32 queue_id, uint64 epoch, TimestampTz now
 // Sets the weights: every key of the table back to 1, then these.
 void fair_load_weights(Oid install, int32 queue_id, uint64 epoch, const int32 *keys,
                        const int32 *weights, int n);
-// Marks keys active (weight 0: the key keeps its weight).
-void fair_activate(Oid install, int32 queue_id, const int32 *keys, int n);
+// Marks keys active (weight 0: the key keeps its weight). Every call takes
+// the next number of one counter (fair_activations) and, when `stamp`, marks
+// the keys with it (not for keys found ready in the caller's own snapshot).
+void fair_activate(Oid install, int32 queue_id, const int32 *keys, int n, bool stamp = true);
+// The number the last activation took. A claim reads it before it takes its
+// snapshot: a key stamped with a higher number was activated by a commit
+// (or a look) that the snapshot may not see.
+uint64 fair_activations();
 // Up to n picks (core/fair.hpp); returns how many.
 int fair_pick(Oid install, int32 queue_id, int n, int32 *out);
-void fair_deactivate(Oid install, int32 queue_id, int32 key_id);
+// The key's walk found nothing: it leaves the active set, unless it was
+// activated after `seen` (fair_activations read before the walk's snapshot),
+// since its new items are not in that snapshot. True when it left.
+bool fair_deactivate(Oid install, int32 queue_id, int32 key_id, uint64 seen);
 void fair_set_weight(Oid install, int32 queue_id, int32 key_id, int32 weight);
 // Counts claims handed to the key (fair_stats: the last minute, in
 // 10-second steps).

@@ -2,9 +2,9 @@
 # concurrency (pgbench clients and a batch claimer at the same time):
 #   - key A holds a backlog of 100,000 ready items (the issue's 1M, reduced
 #     to what builds in seconds: the bound does not depend on it); 4 claimers
-#     take and complete A's items when key B enqueues one item: B's item is
-#     handed out within (active keys + claimers in flight) claims of its
-#     commit;
+#     take and complete A's items when a new key enqueues one item (five
+#     times, one key after the other): its item is handed out within
+#     (active keys + claimers in flight) claims of its commit;
 #   - weights 3:1 under contention: 3 pgbench clients claiming batches of
 #     10 and one session claiming batches of 100 take 10,000 claims; the
 #     split is 3:1 within 10%, every batch of 100 holds both keys, and no
@@ -63,25 +63,32 @@ WITH c AS (SELECT id, token, payload->>'k' AS k FROM claim.claim_next('fq', wait
      l AS (INSERT INTO log (q, k, id) SELECT 'fq', k, id FROM c)
 SELECT claim.complete(token) FROM c;
 });
-my $load = pgbench('-f', $one, '-c', 4, '-j', 4, '-T', 6);
+my $load = pgbench('-f', $one, '-c', 4, '-j', 4, '-T', 8);
 # Claims of A are flowing.
 $node->poll_query_until('postgres', q{SELECT count(*) > 200 FROM log WHERE q = 'fq'})
   or die 'no claims';
-my $at = $node->safe_psql('postgres', q{
-	SELECT claim.enqueue('fq', jsonb_build_object('k', 'B'), fair_key => 'B');
-	SELECT max(seq) FROM log;
-});
-$at = (split /\n/, $at)[-1];
-$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM log WHERE k = 'B'})
-  or die 'B was not handed out';
+# Five newcomers, one after the other (each commit races the claimers'
+# snapshots): the worst of them is judged.
+my $worst = 0;
+for my $k (1 .. 5)
+{
+	my $at = $node->safe_psql('postgres', qq{
+		SELECT claim.enqueue('fq', jsonb_build_object('k', 'B$k'), fair_key => 'B$k');
+		SELECT max(seq) FROM log;
+	});
+	$at = (split /\n/, $at)[-1];
+	$node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM log WHERE k = 'B$k'})
+	  or die "B$k was not handed out";
+	my $after = $node->safe_psql('postgres',
+		"SELECT count(*) FROM log WHERE q = 'fq' AND seq < (SELECT seq FROM log WHERE k = 'B$k') AND seq > $at");
+	note "claims logged between B${k}'s commit and its claim: $after";
+	$worst = $after if $after > $worst;
+}
 finish($load->[0]);
-my $after = $node->safe_psql('postgres',
-	"SELECT count(*) FROM log WHERE q = 'fq' AND seq < (SELECT seq FROM log WHERE k = 'B') AND seq > $at");
-note "claims logged between B's commit and B's claim: $after";
 # 2 active keys, 4 claimers whose claims may have been in flight.
-cmp_ok($after, '<=', 2 + 4, 'B is handed out within active keys + claimers in flight');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.fair_stats WHERE queue = 'fq' AND fair_key = 'B' AND ready = 0}),
-	'1', 'fair_stats: B has nothing ready left');
+cmp_ok($worst, '<=', 2 + 4, 'B is handed out within active keys + claimers in flight');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM claim.fair_stats WHERE queue = 'fq' AND fair_key LIKE 'B_' AND ready = 0}),
+	'5', 'fair_stats: the newcomers have nothing ready left');
 
 # --- weights 3:1 under contention --------------------------------------------
 
