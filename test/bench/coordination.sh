@@ -84,17 +84,11 @@ out=$(pgbench_ -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
 echo "round trips/s: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)"
 
 echo "== watch delivery latency ($WAKES wakes)"
-CONN="" WAKES="$WAKES" /usr/bin/python3 - <<'PY'
-import os, threading, time
-import psycopg
+bench_python env CONN="" WAKES="$WAKES" <<'PY'
+import threading, time
 
-conn = lambda: psycopg.connect(os.environ["CONN"], autocommit=True)
 n = int(os.environ["WAKES"])
 w, c = conn(), conn()
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 lat = []
 c.execute("SELECT claim.latch('b_w', 1000000)")

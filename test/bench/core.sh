@@ -61,8 +61,7 @@ POLL_CLIENTS=${BENCH_POLL_CLIENTS:-8}
 CENSUS_N=${BENCH_CENSUS_N:-500}
 BIG_N=${BENCH_BIG_N:-10000}
 BIG_HOLD=${BENCH_BIG_HOLD:-5}
-ONLY=" ${BENCH_ONLY:-1 2 3 4} "
-want() { [[ $ONLY == *" $1 "* ]]; }
+bench_only "1 2 3 4"
 for v in DUR BACKLOG LO HI THREADS POLL_JOBS POLL_CLIENTS CENSUS_N BIG_N BIG_HOLD; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v='${!v}' is not a positive integer"
 done
@@ -257,15 +256,11 @@ if want 4; then
     R[poll_left]=$(claim_left poll)
     (( R[poll_left] == 0 )) || log "  WARNING: ${R[poll_left]} jobs left after the work (see logs/poll_work.log)"
     R[poll_dead]=$(sql -c "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = 'claim'")
-    run_pgbench poll_pinned "$POLL_CLIENTS" "$DUR" "$S/poll.sql"
-    R[poll_pinned]=$TPS
-    [[ $ABORTED == 1 ]] && R[poll_pinned_invalid]=1
+    measure poll_pinned "$POLL_CLIENTS" "$DUR" "$S/poll.sql"
     pin_stop
     sql -c "VACUUM ANALYZE" >/dev/null
     settle
-    run_pgbench poll_clean "$POLL_CLIENTS" "$DUR" "$S/poll.sql"
-    R[poll_clean]=$TPS
-    [[ $ABORTED == 1 ]] && R[poll_clean_invalid]=1
+    measure poll_clean "$POLL_CLIENTS" "$DUR" "$S/poll.sql"
 fi
 
 # --------------------------------------------------------------------------- summary

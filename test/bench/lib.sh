@@ -250,6 +250,23 @@ run_pgbench() {
     fi
 }
 
+# run_pgbench NAME CLIENTS DUR SCRIPT, its tps into R[NAME] (the caller's
+# `declare -A R`), R[NAME_invalid]=1 when a client aborted.
+measure() {
+    run_pgbench "$@"
+    R[$1]=$TPS
+    if [[ $ABORTED == 1 ]]; then R[$1_invalid]=1; fi
+}
+
+# Runs the Python script on stdin after bench_common.py (conn(), pct()); the
+# arguments are the command before python3 (env, as_user ...).
+bench_python() { cat "$(dirname "${BASH_SOURCE[0]}")/bench_common.py" - | "$@" /usr/bin/python3 -; }
+
+# The parts of a bench to run: BENCH_ONLY, or the default "$1"; `want N`
+# says whether part N runs.
+bench_only() { ONLY=" ${BENCH_ONLY:-$1} "; }
+want() { [[ $ONLY == *" $1 "* ]]; }
+
 # mean of a per-second series file over seconds (FROM, TO]
 series_mean() {
     awk -v a="$2" -v b="$3" '$1 > a && $1 <= b { s += $2; n++ } END { if (n) printf "%.1f", s / n; else print 0 }' "$1"

@@ -44,9 +44,8 @@ THREADS=${THREADS:-2}
 WINDOWS=${WINDOWS:-2}
 BACKLOG=${BENCH_BACKLOG:-200000}
 WAKE_SAMPLES=${BENCH_WAKE_SAMPLES:-500}
-ONLY=" ${BENCH_ONLY:-1 2 3 4} "
+bench_only "1 2 3 4"
 [[ $ONLY == *" 3 "* && $ONLY != *" 2 "* ]] && ONLY+="2 "
-want() { [[ $ONLY == *" $1 "* ]]; }
 
 bench_setup
 make_ref
@@ -78,8 +77,7 @@ if want 1; then
     log "== 1. one-statement loop (claim_next done => previous token) vs SKIP LOCKED queue, $CLIENTS clients"
     ab_windows base fill_base "$S/base_one.sql" loop fill_loop "$S/claim_loop.sql" -D "prev={}"
     settle
-    run_pgbench update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
-    R[update_ref]=$TPS
+    measure update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
 fi
 
 # --------------------------------------------------------------------------- 2. retention cost

@@ -26,8 +26,7 @@ source "$HERE/lib.sh"
 bench_init limits-bench limits   # ROOT, OUT
 bench_knobs 300000
 NGROUPS=${BENCH_GROUPS:-10000}
-ONLY=" ${BENCH_ONLY:-1 2} "
-want() { [[ $ONLY == *" $1 "* ]]; }
+bench_only "1 2"
 
 bench_setup
 sql -c "SELECT 'ok' FROM pg_proc WHERE proname = 'create_queue' AND 'group_limit' = ANY(proargnames)" | grep -q ok \

@@ -29,8 +29,7 @@ bench_knobs 300000
 BATCH=${BENCH_BATCH:-500}
 BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-4}
 PGMQ_SQL=$HERE/peers/vendor/pgmq/pgmq-1.5.1.sql
-ONLY=" ${BENCH_ONLY:-1 2 3} "
-want() { [[ $ONLY == *" $1 "* ]]; }
+bench_only "1 2 3"
 
 bench_setup
 sql -f "$PGMQ_SQL" >/dev/null || die "installing pgmq from $PGMQ_SQL failed"

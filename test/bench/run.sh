@@ -63,9 +63,8 @@ BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-16}
 FILL_CHUNK=10000
 PORT=5499
 RUN_USER=pgclaim
-ONLY=" ${BENCH_ONLY:-1 2 3 4} "
+bench_only "1 2 3 4"
 [[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
-want() { [[ $ONLY == *" $1 "* ]]; }
 
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"   # log, die, cluster, sql, settle, run_pgbench, fills, shared scripts
@@ -185,11 +184,9 @@ for side in base claim; do
     [[ -n ${W1_N[$side]:-} ]] && R[${side}_one]=$(awk -v a="${W1_SUM[$side]}" -v n="${W1_N[$side]}" 'BEGIN { print a / n }')
 done
 settle
-run_pgbench update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
-R[update_ref]=$TPS
+measure update_ref "$CLIENTS" "$DUR" "$S/update_ref.sql"
 settle
-run_pgbench durable_job_ref "$CLIENTS" "$DUR" "$S/durable_job_ref.sql"
-R[durable_job_ref]=$TPS
+measure durable_job_ref "$CLIENTS" "$DUR" "$S/durable_job_ref.sql"
 fi
 
 # --------------------------------------------------------------------------- 2. pinned xmin
@@ -280,21 +277,16 @@ CREATE TABLE plain_jobs (
 );
 EOF
 settle
-run_pgbench base_insert "$CLIENTS" "$DUR" "$S/base_insert.sql"
-R[base_insert]=$TPS
-[[ $ABORTED == 1 ]] && R[base_insert_invalid]=1
+measure base_insert "$CLIENTS" "$DUR" "$S/base_insert.sql"
 if [[ $WITH_EXT == 1 ]]; then
     sql -c "SELECT claim.create_queue('bench2')" >/dev/null
     settle
-    run_pgbench claim_enqueue "$CLIENTS" "$DUR" "$S/claim_enqueue.sql"
-    R[claim_enqueue]=$TPS
-    [[ $ABORTED == 1 ]] && R[claim_enqueue_invalid]=1
+    measure claim_enqueue "$CLIENTS" "$DUR" "$S/claim_enqueue.sql"
 fi
 fi
 
 # --------------------------------------------------------------------------- summary
-T_END=$(now_s)
-ELAPSED=$(awk -v a="$T_START" -v b="$T_END" 'BEGIN { printf "%.0f", b - a }')
+ELAPSED=$(elapsed_s)
 
 row() { # workload claim base ratio target met
     printf '| %-44s | %-18s | %-18s | %-12s | %-16s | %-4s |\n' "$@"

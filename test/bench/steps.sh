@@ -86,17 +86,11 @@ for how in steps chain plain; do
 done
 
 echo "== wake latency ($WAKES wakes each)"
-as_user env CONN="host=$WORK port=$PORT dbname=postgres" WAKES="$WAKES" /usr/bin/python3 - <<'PY'
-import os, statistics, threading, time
-import psycopg
+bench_python as_user env CONN="host=$WORK port=$PORT dbname=postgres" WAKES="$WAKES" <<'PY'
+import statistics, threading, time
 
-conn = lambda: psycopg.connect(os.environ["CONN"], autocommit=True)
 n = int(os.environ["WAKES"])
 a, b = conn(), conn()
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 sleep_lat, event_lat = [], []
 for i in range(n):
