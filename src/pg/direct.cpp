@@ -123,11 +123,7 @@ void load() {
         icache.stale = false;
     }
     if (cat.valid) return;
-    static bool registered = false;
-    if (!registered) {
-        CacheRegisterRelcacheCallback(on_relcache_inval, (Datum)0);
-        registered = true;
-    }
+    register_relcache_callback(on_relcache_inval);
     Oid nsp = get_namespace_oid("claim", false);
     cat.items = rel_oid(nsp, "items");
     cat.items_pkey = rel_oid(nsp, "items_pkey");

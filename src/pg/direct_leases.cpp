@@ -49,11 +49,7 @@ void on_relcache_inval(Datum, Oid relid) {
 
 void load() {
     if (lc.valid) return;
-    static bool registered = false;
-    if (!registered) {
-        CacheRegisterRelcacheCallback(on_relcache_inval, (Datum)0);
-        registered = true;
-    }
+    register_relcache_callback(on_relcache_inval);
     Oid nsp = get_namespace_oid("claim", false);
     lc.holders = rel_oid(nsp, "lease_holders");
     lc.holders_pkey = rel_oid(nsp, "lease_holders_pkey");
@@ -316,13 +312,7 @@ bool lease_take(LeaseTables *t, Datum name, int32 slot, int64 old_token, bool on
         }
         int64 tok = nextval_internal(lc.token_seq, true);
         TupleTableSlot *nw = t->new_slot;
-        ExecClearTuple(nw);
-        slot_getallattrs(t->h_slot);
-        int natts = nw->tts_tupleDescriptor->natts;
-        for (int i = 0; i < natts; ++i) {
-            nw->tts_values[i] = t->h_slot->tts_values[i];
-            nw->tts_isnull[i] = t->h_slot->tts_isnull[i];
-        }
+        copy_values(nw, t->h_slot);
         nw->tts_values[lc.h_token - 1] = Int64GetDatum(tok);
         nw->tts_values[lc.h_holder - 1] = holder;
         nw->tts_isnull[lc.h_holder - 1] = holder_null;
@@ -376,13 +366,7 @@ ReleaseResult lease_release(LeaseTables *t, Datum name, int64 token, TimestampTz
             return ReleaseResult::NotLive;
         }
         TupleTableSlot *nw = t->new_slot;
-        ExecClearTuple(nw);
-        slot_getallattrs(t->r_slot);
-        int natts = nw->tts_tupleDescriptor->natts;
-        for (int i = 0; i < natts; ++i) {
-            nw->tts_values[i] = t->r_slot->tts_values[i];
-            nw->tts_isnull[i] = t->r_slot->tts_isnull[i];
-        }
+        copy_values(nw, t->r_slot);
         nw->tts_values[lc.r_token - 1] = Int64GetDatum(token);
         ExecStoreVirtualTuple(nw);
         ItemPointerData tid = t->r_slot->tts_tid;

@@ -44,6 +44,24 @@ bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTabl
     return found;
 }
 
+void register_relcache_callback(RelcacheCallbackFunction fn) {
+    static RelcacheCallbackFunction registered[4];
+    static int n = 0;
+    for (int i = 0; i < n; ++i)
+        if (registered[i] == fn) return;
+    CacheRegisterRelcacheCallback(fn, (Datum)0);
+    if (n < (int)lengthof(registered)) registered[n++] = fn;
+}
+
+void copy_values(TupleTableSlot *dst, TupleTableSlot *src) {
+    ExecClearTuple(dst);
+    slot_getallattrs(src);
+    for (int i = 0; i < dst->tts_tupleDescriptor->natts; ++i) {
+        dst->tts_values[i] = src->tts_values[i];
+        dst->tts_isnull[i] = src->tts_isnull[i];
+    }
+}
+
 void clear_slot(TupleTableSlot *slot) {
     ExecClearTuple(slot);
     for (int i = 0; i < slot->tts_tupleDescriptor->natts; ++i) {

@@ -10,6 +10,7 @@ extern "C" {
 #include "access/genam.h"
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 }
 
@@ -48,6 +49,15 @@ struct Tables {
 Oid rel_oid(Oid nsp, const char *name);
 AttrNumber att(Oid rel, const char *name);
 void require(Oid rel, AclMode mode);
+
+// A relcache callback, registered the first time it is asked for (once per
+// backend): the catalogs of direct.cpp and direct_leases.cpp forget their
+// OIDs when the extension's relations change.
+void register_relcache_callback(RelcacheCallbackFunction fn);
+
+// `dst` emptied and given every value of `src`'s row (by reference into it),
+// to be changed and stored as the row's new version.
+void copy_values(TupleTableSlot *dst, TupleTableSlot *src);
 
 // An attribute of the row in `slot`.
 inline Datum get(TupleTableSlot *slot, AttrNumber a, bool *isnull) {
