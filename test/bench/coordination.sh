@@ -31,9 +31,7 @@ CLIENTS=${CLIENTS:-2}
 SECS=${SECS:-10}
 WAKES=${WAKES:-200}
 BENCH_MAX_CONNECTIONS=$((CLIENTS + 20)) BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5581)"
-psql_() { sql "$@"; }
-pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
-psql_ <<SQL
+sql <<SQL
 SELECT claim.create_queue('b_renew', lease => '1 hour');
 SELECT count(*) FROM claim.enqueue_many('b_renew',
     (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 200 * $CLIENTS)));
@@ -41,7 +39,7 @@ SELECT count(*) FROM claim.enqueue_many('b_renew',
 CREATE TABLE b_renew (worker int, session bigint, tokens bigint[]);
 SQL
 for w in $(seq 1 "$CLIENTS"); do
-    psql_ <<SQL
+    sql <<SQL
 INSERT INTO b_renew
 SELECT $w, s, (SELECT array_agg(token) FROM claim.claim_next('b_renew', n => 100))
 FROM claim.session_open('1 hour') s;
@@ -66,14 +64,14 @@ chmod 644 "$WORK"/*.sql
 echo "== renewing 100 claims per worker: $CLIENTS workers, ${SECS} s each"
 printf '%-10s %10s %16s %16s\n' how rounds/s statements/round WAL-bytes/round
 for how in keepalive extend; do
-    psql_ -c "CHECKPOINT" >/dev/null
-    lsn0=$(psql_ -c "SELECT pg_current_wal_lsn()")
+    sql -c "CHECKPOINT" >/dev/null
+    lsn0=$(sql -c "SELECT pg_current_wal_lsn()")
     out=$(pgbench_ -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" \
           -f "$WORK/$how.sql" bench)
-    lsn1=$(psql_ -c "SELECT pg_current_wal_lsn()")
+    lsn1=$(sql -c "SELECT pg_current_wal_lsn()")
     rounds=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
-    wal=$(psql_ -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest(${rounds:-0}, 1))")
+    wal=$(sql -c "SELECT round(pg_wal_lsn_diff('$lsn1', '$lsn0') / greatest(${rounds:-0}, 1))")
     stmts=$([[ $how == keepalive ]] && echo 1 || echo 100)
     printf '%-10s %10s %16s %16s\n' "$how" "$tps" "$stmts" "$wal"
 done

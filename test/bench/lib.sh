@@ -174,6 +174,8 @@ EOF
 }
 
 sql() { "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+# pgbench on the bench's cluster, its report on stdout (errors too).
+pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
 
 # Wait until no autovacuum worker is busy (at most 30 s) so one side's cleanup does not run in
 # the other's window, then checkpoint so every window starts from the same state.

@@ -28,14 +28,12 @@ CLIENTS=${CLIENTS:-8}
 SECS=${SECS:-8}
 BACKLOG=${BACKLOG:-200000}
 BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5583)"
-psql_() { sql "$@"; }
-pgbench_() { "$PGBIN/pgbench" -n "$@" 2>&1; }
-psql_ <<'SQL'
+sql <<'SQL'
 SELECT claim.create_queue('b_m', lease => '1 minute');
 CREATE FUNCTION b_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
 SQL
 fill() {
-    psql_ -c "SELECT count(*) FROM claim.enqueue_many('b_m', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, $1)))" >/dev/null
+    sql -c "SELECT count(*) FROM claim.enqueue_many('b_m', (SELECT array_agg('{}'::jsonb) FROM generate_series(1, $1)))" >/dev/null
 }
 echo "SELECT claim.complete(token) FROM claim.claim_next('b_m');" >"$WORK/work.sql"
 echo "SELECT claim.enqueue('b_m', '{}');" >"$WORK/enqueue.sql"
@@ -45,8 +43,8 @@ bench() {  # script -> tps
         -f "$WORK/$1.sql" bench | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1
 }
 trigger() {
-    psql_ -c "SET client_min_messages = warning; DROP TRIGGER IF EXISTS b_t ON claim.items"
-    [[ $1 == on ]] && psql_ -c "CREATE TRIGGER b_t AFTER INSERT OR UPDATE OR DELETE ON claim.items FOR EACH ROW EXECUTE FUNCTION b_noop()"
+    sql -c "SET client_min_messages = warning; DROP TRIGGER IF EXISTS b_t ON claim.items"
+    [[ $1 == on ]] && sql -c "CREATE TRIGGER b_t AFTER INSERT OR UPDATE OR DELETE ON claim.items FOR EACH ROW EXECUTE FUNCTION b_noop()"
     return 0
 }
 
@@ -54,7 +52,7 @@ echo "== the honouring path: $CLIENTS clients, ${SECS} s windows (plain, trigger
 declare -A sum
 for w in plain trigger trigger plain; do
     [[ $w == trigger ]] && trigger on || trigger off
-    psql_ -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
+    sql -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
     fill "$BACKLOG"
     c=$(bench work)
     e=$(bench enqueue)
@@ -71,12 +69,12 @@ REPACK=""
 for r in "$PGBIN/pg_repack" "/usr/lib/postgresql/$PG_MAJOR/bin/pg_repack" "$(command -v pg_repack || true)"; do
     [[ -n $r && -x $r ]] && { REPACK=$r; break; }
 done
-if [[ -z $REPACK ]] || ! psql_ -c "CREATE EXTENSION pg_repack" >/dev/null 2>&1; then
+if [[ -z $REPACK ]] || ! sql -c "CREATE EXTENSION pg_repack" >/dev/null 2>&1; then
     echo "== pg_repack: not installed for PostgreSQL $PG_MAJOR, part 2 skipped"
     exit 0
 fi
 echo "== claim + complete per second before and during pg_repack -t claim.items ($((BACKLOG * 3)) items)"
-psql_ -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
+sql -c "TRUNCATE claim.items, claim.claims; CHECKPOINT" >/dev/null
 fill $((BACKLOG * 3))
 pgbench_ -c "$CLIENTS" -j 2 -T 30 -P 1 \
     -f "$WORK/work.sql" bench >"$WORK/progress.txt" 2>&1 &
