@@ -285,12 +285,15 @@ class Worker(Client):
 
 # --- fenced writes under a lease ---------------------------------------------
 
-def acquire(client, conn, fn, name):
+def acquire(client, conn, fn, name, label):
     """claim.<fn> (lease_acquire or lease_acquire_shared) of lease `name` for FENCE_TTL,
-    waiting at most 0.3 s: the token, or None when the lease stayed busy."""
-    return conn.execute(
+    waiting at most 0.3 s: the token, or None when the lease stayed busy. Counts
+    "<label> busy" or "<label> granted"."""
+    token = conn.execute(
         f"SELECT claim.{fn}(%s, %s::interval, holder => %s, wait => '0.3 seconds')",
         (name, f"{FENCE_TTL} seconds", client.name)).fetchone()[0]
+    count(label + (" busy" if token is None else " granted"))
+    return token
 
 
 def fenced_writes(client, conn, name, token, counter, pause, record):
@@ -323,11 +326,9 @@ class LeaseHolder(Client):
 
     def step(self, conn):
         name = self.rng.choice(["fence:a", "fence:b"])
-        token = acquire(self, conn, "lease_acquire", name)
+        token = acquire(self, conn, "lease_acquire", name, "lease")
         if token is None:
-            count("lease busy")
             return
-        count("lease granted")
         fenced_writes(self, conn, name, token, "fenced writes", 0.02,
                       lambda value: ("INSERT INTO soak_fence (name, value, token, holder) VALUES (%s, %s, %s, %s)",
                                      (name, value, token, self.name)))
@@ -342,11 +343,9 @@ class RWHolder(Client):
         name = "rw:c"
         shared = self.rng.random() < 0.7
         fn = "lease_acquire_shared" if shared else "lease_acquire"
-        token = acquire(self, conn, fn, name)
+        token = acquire(self, conn, fn, name, "rw " + ("shared" if shared else "exclusive"))
         if token is None:
-            count("rw busy")
             return
-        count("rw granted " + ("shared" if shared else "exclusive"))
         if shared and conn.execute("SELECT count(*) FROM claim.leases WHERE name = %s",
                                    (name,)).fetchone()[0] > 1:
             count("rw shared together")
