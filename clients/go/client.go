@@ -345,7 +345,12 @@ func (c *Client) ItemState(ctx context.Context, queue string, id int64, wait tim
 // Complete finishes a claim (result: nil for none); ErrStaleToken when the
 // token is not the live claim.
 func (c *Client) Complete(ctx context.Context, token int64, result interface{}) error {
-	k := newCall("complete").arg(token, "::bigint")
+	return c.execResult(ctx, newCall("complete").arg(token, "::bigint"), result)
+}
+
+// execResult runs k with result appended as its last ::jsonb argument when
+// result is not nil (the outcome calls: complete, guard_finish).
+func (c *Client) execResult(ctx context.Context, k *call, result interface{}) error {
 	if result != nil {
 		r, err := jsonText(result)
 		if err != nil {

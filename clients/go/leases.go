@@ -101,15 +101,7 @@ func (c *Client) GuardBegin(ctx context.Context, key string, lease time.Duration
 // GuardFinish records the attempt's result for good (nil: JSON null);
 // ErrStaleToken when token is not the running attempt.
 func (c *Client) GuardFinish(ctx context.Context, key string, token int64, result interface{}) error {
-	k := newCall("guard_finish").arg(key, "::text").arg(token, "::bigint")
-	if result != nil {
-		r, err := jsonText(result)
-		if err != nil {
-			return err
-		}
-		k.arg(r, "::jsonb")
-	}
-	return c.exec(ctx, k)
+	return c.execResult(ctx, newCall("guard_finish").arg(key, "::text").arg(token, "::bigint"), result)
 }
 
 // GuardAbandon frees key for another attempt; ErrStaleToken as GuardFinish.

@@ -48,22 +48,19 @@ func (t *lockedTx) BeginFunc(ctx context.Context, f func(pgx.Tx) error) error {
 	return tx.Commit(ctx)
 }
 
-func (t *lockedTx) Commit(ctx context.Context) error {
-	if t.top {
-		return errWorkerCommits
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.tx.Commit(ctx)
-}
+func (t *lockedTx) Commit(ctx context.Context) error { return t.end(ctx, pgx.Tx.Commit) }
 
-func (t *lockedTx) Rollback(ctx context.Context) error {
+func (t *lockedTx) Rollback(ctx context.Context) error { return t.end(ctx, pgx.Tx.Rollback) }
+
+// end runs Commit or Rollback under the lock; the worker's own (top)
+// transaction is not the handler's to end.
+func (t *lockedTx) end(ctx context.Context, f func(pgx.Tx, context.Context) error) error {
 	if t.top {
 		return errWorkerCommits
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.tx.Rollback(ctx)
+	return f(t.tx, ctx)
 }
 
 func (t *lockedTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
