@@ -5,7 +5,8 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const pgc = require('..');
-const { uniqueName, makePool } = require('./helpers');
+const { uniqueName } = require('./helpers');
+const helpers = require('./helpers');
 
 const {
   Client, PgClaimError, StaleTokenError, PermitMismatchError, UnknownQueueError, InvalidArgumentError,
@@ -16,8 +17,7 @@ let pool;
 let client;
 let queue;
 test.before(async () => {
-  pool = makePool(3);
-  client = new Client({ pool });
+  ({ pool, client } = helpers.openClient(3));
   queue = uniqueName('node_err');
   await client.createQueue(queue);
 });
@@ -136,7 +136,7 @@ test('RetryError checks its delay', () => {
 
 test('bad connection settings fail fast: BadConnectionError (3D000, 28000), a TypeError for a bad string', async () => {
   const { Worker, BadConnectionError, TransientError } = pgc;
-  const quiet = { info() {}, warn() {}, error() {} };
+  const { quiet } = helpers;
   const u = new URL(process.env.PG_CLAIM_DSN);
   // The server itself, also when PG_CLAIM_DSN is a pooler's.
   const { rows: [srv] } = await pool.query('SELECT host(inet_server_addr()) AS host, inet_server_port() AS port');

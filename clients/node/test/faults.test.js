@@ -14,11 +14,10 @@ const helpers = require('./helpers');
 
 let pool;
 let client;
-const quiet = { warn() {}, error() {}, info() {} };
+const { quiet } = helpers;
 
 test.before(async () => {
-  pool = makePool(6);
-  client = new Client({ pool });
+  ({ pool, client } = helpers.openClient(6));
 });
 test.after(async () => {
   await pool.end();

@@ -21,6 +21,26 @@ function makePool(max = 4) {
   return pool;
 }
 
+/** A pool of `max` connections and a Client over it: { pool, client }. */
+function openClient(max = 4) {
+  const { Client } = require('..');
+  const pool = makePool(max);
+  return { pool, client: new Client({ pool }) };
+}
+
+/** Runs f(pool) with a pool of `max` connections, ended afterwards. */
+async function withPool(max, f) {
+  const pool = makePool(max);
+  try {
+    return await f(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** A logger that says nothing (for workers whose errors a test provokes). */
+const quiet = { info() {}, warn() {}, error() {} };
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` (async, returns truthy) every `every` ms until it holds or `timeout` passes. */
@@ -71,4 +91,6 @@ async function newQueue(client, prefix, opts = {}) {
   return queue;
 }
 
-module.exports = { DSN, uniqueName, makePool, sleep, waitFor, spawnWorker, features, newQueue };
+module.exports = {
+  DSN, uniqueName, makePool, openClient, withPool, quiet, sleep, waitFor, spawnWorker, features, newQueue,
+};

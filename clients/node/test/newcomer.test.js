@@ -11,14 +11,15 @@ const { spawnSync } = require('child_process');
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const pgc = require('..');
-const { DSN, uniqueName, makePool, waitFor, sleep } = require('./helpers');
+const { DSN, uniqueName, waitFor, sleep } = require('./helpers');
+const helpers = require('./helpers');
 
 const {
   Client, Worker, PgClaimError, UnknownQueueError, InvalidArgumentError, NotInstalledError, TransientError,
   PermissionDeniedError, mapError, isFatal, errorClass,
 } = pgc;
 
-const quiet = { info() {}, warn() {}, error() {} };
+const { quiet } = helpers;
 let pool;
 let client;
 const queues = [];
@@ -31,8 +32,7 @@ async function newQueue(prefix, opts = {}) {
 }
 
 test.before(async () => {
-  pool = makePool(6);
-  client = new Client({ pool });
+  ({ pool, client } = helpers.openClient(6));
 });
 test.after(async () => {
   for (const q of queues) await client.dropQueue(q).catch(() => {});

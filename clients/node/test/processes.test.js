@@ -5,14 +5,13 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Client } = require('..');
-const { DSN, uniqueName, makePool, waitFor, spawnWorker } = require('./helpers');
+const { DSN, uniqueName, waitFor, spawnWorker } = require('./helpers');
+const helpers = require('./helpers');
 
 let pool;
 let client;
 test.before(async () => {
-  pool = makePool(4);
-  client = new Client({ pool });
+  ({ pool, client } = helpers.openClient(4));
 });
 test.after(async () => {
   await pool.end();

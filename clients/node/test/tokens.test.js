@@ -9,9 +9,8 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const pg = require('pg');
 const { Worker, Client } = require('..');
-const { DSN, uniqueName, waitFor } = require('./helpers');
+const { DSN, uniqueName, waitFor, quiet } = require('./helpers');
 
-const quiet = { warn() {}, error() {}, info() {} };
 const FIRST_OF_63 = 63n * 2n ** 47n;
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 

@@ -7,17 +7,16 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const pg = require('pg');
 const { Worker, Client, RetryError, StaleTokenError } = require('..');
-const { DSN, uniqueName, makePool, sleep, waitFor, features } = require('./helpers');
+const { DSN, uniqueName, sleep, waitFor, features } = require('./helpers');
 const helpers = require('./helpers');
 
 let pool;
 let client;
 let feats;
-const quiet = { warn() {}, error() {}, info() {} };
+const { quiet } = helpers;
 
 test.before(async () => {
-  pool = makePool(6);
-  client = new Client({ pool });
+  ({ pool, client } = helpers.openClient(6));
   feats = await features(pool);
 });
 test.after(async () => {
