@@ -63,14 +63,7 @@ void leave_at_exit(int, Datum) {
 
 Size barriers_shmem_size() { return sizeof(Barriers); }
 
-void barriers_shmem_init() {
-    bool found;
-    barriers = (Barriers *)ShmemInitStruct("pg_claim barriers", sizeof(Barriers), &found);
-    if (!found) {
-        memset((void *)barriers, 0, sizeof(Barriers));
-        SpinLockInit(&barriers->mutex);
-    }
-}
+void barriers_shmem_init() { barriers = shmem_struct_with_mutex<Barriers>("pg_claim barriers"); }
 
 Arrival barrier_arrive(int64 key, int parties, int64 wake_key, int *order, int64 *generation) {
     if (barriers == nullptr) return Arrival::NoShmem;

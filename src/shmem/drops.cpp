@@ -1,5 +1,6 @@
 // Queues being dropped: see drops.hpp.
 #include "shmem/drops.hpp"
+#include "shmem/shared.hpp"
 #include "shmem/wakeup.hpp"
 
 extern "C" {
@@ -44,14 +45,7 @@ void clear_mine(XactEvent event) {
 
 Size drops_shmem_size() { return sizeof(Drops); }
 
-void drops_shmem_init() {
-    bool found;
-    drops = (Drops *)ShmemInitStruct("pg_claim drops", sizeof(Drops), &found);
-    if (!found) {
-        memset((void *)drops, 0, sizeof(Drops));
-        SpinLockInit(&drops->mutex);
-    }
-}
+void drops_shmem_init() { drops = shmem_struct_with_mutex<Drops>("pg_claim drops"); }
 
 void drop_announce(Oid install, int32 queue_id) {
     if (drops == nullptr) return;

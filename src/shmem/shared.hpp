@@ -16,6 +16,7 @@ extern "C" {
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
 #include "storage/spin.h"
 }
 
@@ -143,5 +144,19 @@ bool preloaded();
 // AddinShmemInitLock). Both in services.cpp's hooks.
 void shared_shmem_request();
 void shared_shmem_init();
+
+// The struct T named `name` in shared memory, zeroed with its spinlock
+// `mutex` initialised by the first backend to ask (the services' init hooks,
+// under AddinShmemInitLock).
+template <typename T>
+T *shmem_struct_with_mutex(const char *name) {
+    bool found;
+    T *p = (T *)ShmemInitStruct(name, sizeof(T), &found);
+    if (!found) {
+        memset((void *)p, 0, sizeof(T));
+        SpinLockInit(&p->mutex);
+    }
+    return p;
+}
 
 }  // namespace pgclaim::shmem
