@@ -10,6 +10,7 @@
 #include "api/tokens.hpp"
 #include "pg/item_locks.hpp"
 #include "pg/direct.hpp"
+#include "pg/direct_history.hpp"
 #include "pg/direct_read.hpp"
 #include "pg/direct_probe.hpp"
 #include "pg/limits.hpp"
@@ -127,14 +128,21 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
             bool ok;
             pg::FinishSettings fs = queue_settings(it.queue_id, now, &spi);
             if (fs.retain_us > 0) {
-                if (!spi) {
-                    SPI_connect();
-                    spi = true;
-                }
                 bool rnull = results == nullptr || result_nulls[k];
-                ok = direct::claim_delete(t, &c.tid) &&
-                     pg::finish_retained(pairs[i].item, rnull ? (Datum)0 : results[k], rnull,
-                                         c.attempt, now);
+                Datum result = rnull ? (Datum)0 : results[k];
+                ok = direct::claim_delete(t, &c.tid);
+                direct::Moved m = ok ? direct::finish_to_history(t, snap, result, rnull,
+                                                                  c.attempt, now)
+                                     : direct::Moved::Gone;
+                if (m == direct::Moved::UseSql) {
+                    if (!spi) {
+                        SPI_connect();
+                        spi = true;
+                    }
+                    ok = pg::finish_retained(pairs[i].item, result, rnull, c.attempt, now);
+                } else {
+                    ok = m == direct::Moved::Done;
+                }
             } else {
                 ok = direct::claim_delete(t, &c.tid) && direct::item_delete(t, &it.tid);
             }

@@ -192,14 +192,11 @@ Snapshot latest() { return RegisterSnapshot(GetLatestSnapshot()); }
 void release(Snapshot snap) { UnregisterSnapshot(snap); }
 
 
-namespace {
-// The executor state for inserts into `rel`: every index of it (as
-// ExecOpenIndices opens them, with their IndexInfo from the backend's cache).
-void open_insert(Tables *t, Relation rel) {
-    t->ins_slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
-    t->estate = CreateExecutorState();
-    t->rri = makeNode(ResultRelInfo);
-    InitResultRelInfo(t->rri, rel, 0, nullptr, 0);
+void target_open(InsertTarget *it, Relation rel) {
+    it->slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsVirtual);
+    it->estate = CreateExecutorState();
+    it->rri = makeNode(ResultRelInfo);
+    InitResultRelInfo(it->rri, rel, 0, nullptr, 0);
     if (!RelationGetForm(rel)->relhasindex) return;
     List *ids = RelationGetIndexList(rel);
     int n = list_length(ids);
@@ -213,15 +210,37 @@ void open_insert(Tables *t, Relation rel) {
         ++i;
     }
     list_free(ids);
-    t->rri->ri_NumIndices = n;
-    t->rri->ri_IndexRelationDescs = descs;
-    t->rri->ri_IndexRelationInfo = infos;
+    it->rri->ri_NumIndices = n;
+    it->rri->ri_IndexRelationDescs = descs;
+    it->rri->ri_IndexRelationInfo = infos;
+}
+
+void target_insert(InsertTarget *it) {
+    ExecStoreVirtualTuple(it->slot);
+    simple_table_tuple_insert(it->rri->ri_RelationDesc, it->slot);
+    if (it->rri->ri_NumIndices > 0)
+        (void)compat::insert_index_entries(it->rri, it->slot, it->estate);
+    ResetPerTupleExprContext(it->estate);
+}
+
+void target_close(InsertTarget *it) {
+    ExecCloseIndices(it->rri);
+    FreeExecutorState(it->estate);
+    ExecDropSingleTupleTableSlot(it->slot);
+}
+
+namespace {
+void open_insert(Tables *t, Relation rel) {
+    InsertTarget it;
+    target_open(&it, rel);
+    t->ins_slot = it.slot;
+    t->estate = it.estate;
+    t->rri = it.rri;
 }
 
 void close_insert(Tables *t) {
-    ExecCloseIndices(t->rri);
-    FreeExecutorState(t->estate);
-    ExecDropSingleTupleTableSlot(t->ins_slot);
+    InsertTarget it{t->ins_slot, t->estate, t->rri};
+    target_close(&it);
 }
 
 // Heap insert and index entries. The callers fill every column themselves
@@ -233,11 +252,8 @@ int64 insert_slot(Tables *t) {
     bool items = t->rri->ri_RelationDesc == t->items;
     if (items ? t->sql_items : t->sql_claims)
         return sql_insert(items ? Table::Items : Table::Claims, t->ins_slot);
-    ExecStoreVirtualTuple(t->ins_slot);
-    simple_table_tuple_insert(t->rri->ri_RelationDesc, t->ins_slot);
-    if (t->rri->ri_NumIndices > 0)
-        (void)compat::insert_index_entries(t->rri, t->ins_slot, t->estate);
-    ResetPerTupleExprContext(t->estate);
+    InsertTarget it{t->ins_slot, t->estate, t->rri};
+    target_insert(&it);
     return 0;
 }
 

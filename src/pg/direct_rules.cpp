@@ -129,11 +129,16 @@ bool rls_applies(Relation rel) {
 bool needs_sql(Relation rel, Table which, bool insert, Relation *idx, int n) {
     if (triggers_fire(rel) || rls_applies(rel)) return true;
     if (!insert) return false;
-    // The extension's own CHECK: items_state_check on claim.items.
+    // The extension's own CHECK: items_state_check on claim.items,
+    // finished_state_check on claim.finished and its slots.
     TupleConstr *c = RelationGetDescr(rel)->constr;
-    int own_checks = which == Table::Items ? 1 : 0;
-    if (c != nullptr && c->num_check > own_checks) return true;
-    if (which != Table::Other && columns_need_sql(rel, which)) return true;
+    const char *own = which == Table::Items     ? "items_state_check"
+                      : which == Table::History ? "finished_state_check"
+                                                : nullptr;
+    for (int i = 0; c != nullptr && i < c->num_check; ++i)
+        if (own == nullptr || strcmp(c->check[i].ccname, own) != 0) return true;
+    if ((which == Table::Items || which == Table::Claims) && columns_need_sql(rel, which))
+        return true;
     for (int i = 0; i < n; ++i)
         if (!idx[i]->rd_index->indimmediate || idx[i]->rd_index->indisexclusion) return true;
     return false;

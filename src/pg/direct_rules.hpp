@@ -24,7 +24,10 @@
 
 namespace pgclaim::pg::direct {
 
-enum class Table { Items, Claims, Other };
+// History: a slot of claim.finished (or the table itself), whose own CHECK
+// (finished_state_check) the direct write keeps; its columns are checked by
+// direct_history.cpp.
+enum class Table { Items, Claims, History, Other };
 
 // Does a write of `which` (an insert when `insert`, else a delete) in `rel`
 // need SQL? `idx`: the indexes an insert writes (n of them), or none.

@@ -44,6 +44,21 @@ struct Tables {
     bool sql_items, sql_claims, rls_items;
 };
 
+// Inserts into one relation without the executor: every index of it opened
+// (as ExecOpenIndices opens them, with their IndexInfo from the backend's
+// cache), the row stored from `slot`'s values with its index entries
+// (partial-index predicates and indisready as ExecInsertIndexTuples keeps
+// them). The callers fill every column; the rules this does not keep are in
+// direct_rules.hpp.
+struct InsertTarget {
+    TupleTableSlot *slot;
+    EState *estate;
+    ResultRelInfo *rri;
+};
+void target_open(InsertTarget *it, Relation rel);
+void target_insert(InsertTarget *it);
+void target_close(InsertTarget *it);
+
 // A relation of schema `nsp` and a column of a relation, by name (a clear
 // error when missing); the caller's privilege `mode` on a relation (42501).
 Oid rel_oid(Oid nsp, const char *name);
