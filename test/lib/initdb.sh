@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/lib/initdb.sh — sourced by the scripts that make a throwaway cluster of their own
 # (test/lib/cluster.sh, test/demo.sh, test/drivers.sh); the caller defines as_user (the
 # unprivileged OS user, PostgreSQL's bin directory first in PATH).
