@@ -34,6 +34,7 @@ WITH_PYTHON=0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+. "$ROOT/test/lib/initdb.sh"   # claim_initdb
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PORT="${DEMO_PORT:-54329}"
 PRODUCERS="${DEMO_PRODUCERS:-3}"
@@ -95,16 +96,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 step "starting a throwaway cluster as $RUN_USER in $DEMO (port $PORT, unix socket only)"
-as_user initdb -D "$PGDATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
-cat >>"$PGDATA/postgresql.conf" <<EOF
-# pg_claim demo
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DEMO'
-shared_preload_libraries = 'pg_claim'
-max_connections = 50
-fsync = off
-EOF
+claim_initdb demo "$PGDATA" "$PORT" "$DEMO" '' "max_connections = 50"
 as_user pg_ctl -D "$PGDATA" -l "$DEMO/server.log" -w start >/dev/null
 sql -c "SELECT version()" -t | sed 's/^ *//;/^$/d'
 

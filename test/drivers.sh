@@ -42,6 +42,7 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$ROOT/test/pg-major.sh"   # PG_MAJOR, PG_BIN
+. "$ROOT/test/lib/initdb.sh"   # claim_initdb
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 PY=/usr/bin/python3
 DB=drivers
@@ -153,14 +154,7 @@ free_port() {
 }
 PGPORT="$(free_port)" || { echo "no free port" >&2; FAILED=$((FAILED + 1)); finish_line; exit 1; }
 say "starting a throwaway cluster as $RUN_USER in $SCRATCH (port $PGPORT)"
-as_user initdb -D "$PGDATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null
-cat >>"$PGDATA/postgresql.conf" <<EOF
-port = $PGPORT
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$SCRATCH'
-shared_preload_libraries = 'pg_claim'
-fsync = off
-EOF
+claim_initdb drivers "$PGDATA" "$PGPORT" "$SCRATCH" 127.0.0.1
 if ! as_user pg_ctl -D "$PGDATA" -l "$SCRATCH/server.log" -w start >/dev/null; then
     tail -n 30 "$SCRATCH/server.log"
     FAILED=$((FAILED + 1)); finish_line; exit 1

@@ -26,11 +26,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-bench_init coordination
-CLIENTS=${CLIENTS:-2}
-SECS=${SECS:-10}
-WAKES=${WAKES:-200}
-BENCH_MAX_CONNECTIONS=$((CLIENTS + 20)) BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5581)"
+bench_defaults CLIENTS=2 SECS=10 WAKES=200
+BENCH_MAX_CONNECTIONS=$((CLIENTS + 20)) bench_small coordination
 sql <<SQL
 SELECT claim.create_queue('b_renew', lease => '1 hour');
 SELECT count(*) FROM claim.enqueue_many('b_renew',

@@ -9,6 +9,10 @@
 #                              Stopped and removed at exit (BENCH_KEEP=1 keeps the directory).
 #   bench_scripts              writes the shared pgbench scripts into $S (see below)
 #   bench_setup                all three for a windowed bench, with $OUT emptied (see below)
+#   bench_windowed NAME BACKLOG PARTS   the start of a windowed bench: bench_init NAME-bench NAME,
+#                              bench_knobs BACKLOG, bench_only PARTS, bench_setup
+#   bench_defaults NAME=DEFAULT...   each NAME from the environment, else DEFAULT
+#   bench_small NAME           bench_init NAME and bench_cluster with shared_buffers = 256MB
 #
 # Then: sql, settle, run_pgbench, fill_baseline, fill_claim, series_mean, fdiv, fmt, ratio,
 # pin_start / pin_stop (a snapshot held open), bench_knobs (the common settings),
@@ -97,6 +101,35 @@ bench_setup() {
         bench_cluster "$(free_port)"
     fi
     bench_scripts
+}
+
+# bench_windowed NAME BACKLOG PARTS: the start of a windowed bench: log prefix NAME-bench,
+# OUT=${BENCH_OUT:-test/bench/out/NAME}, the common settings (bench_knobs, BACKLOG the default of
+# BENCH_BACKLOG), the parts to run (bench_only, PARTS the default of BENCH_ONLY), the cluster and
+# the shared pgbench scripts (bench_setup).
+bench_windowed() {
+    bench_init "$1-bench" "$1"
+    bench_knobs "$2"
+    bench_only "$3"
+    bench_setup
+}
+
+# bench_defaults NAME=DEFAULT...: each NAME keeps its value from the environment (when not
+# empty), else it is set to DEFAULT.
+bench_defaults() {
+    local kv name
+    for kv in "$@"; do
+        name=${kv%%=*}
+        [[ -n ${!name:-} ]] || printf -v "$name" '%s' "${kv#*=}"
+    done
+}
+
+# bench_small NAME: the start of a bench that is not windowed: bench_init NAME (log prefix NAME,
+# no OUT) and its throwaway cluster with shared_buffers = 256MB (BENCH_MAX_CONNECTIONS from the
+# caller, else 100).
+bench_small() {
+    bench_init "$1"
+    BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port)"
 }
 
 # pin_start SECONDS LOG: a session (application_name bench_pinner) that holds a REPEATABLE READ

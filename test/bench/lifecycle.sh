@@ -33,21 +33,13 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init lifecycle-bench lifecycle   # ROOT, OUT
-QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then d_dur=5 d_pin=20 d_tail=5; else d_dur=15 d_pin=60 d_tail=15; fi
-DUR=${BENCH_DURATION:-$d_dur}
+bench_windowed lifecycle 200000 "1 2 3 4"   # ROOT, OUT, DUR, CLIENTS, THREADS, WINDOWS, BACKLOG, ONLY; the cluster
+[[ $ONLY == *" 3 "* && $ONLY != *" 2 "* ]] && ONLY+="2 "
+if [[ ${QUICK:-0} == 1 ]]; then d_pin=20 d_tail=5; else d_pin=60 d_tail=15; fi
 PIN_DUR=${BENCH_PIN_DURATION:-$d_pin}
 PIN_TAIL=${BENCH_PIN_TAIL:-$d_tail}
-CLIENTS=${CLIENTS:-16}
-THREADS=${THREADS:-2}
-WINDOWS=${WINDOWS:-2}
-BACKLOG=${BENCH_BACKLOG:-200000}
 WAKE_SAMPLES=${BENCH_WAKE_SAMPLES:-500}
-bench_only "1 2 3 4"
-[[ $ONLY == *" 3 "* && $ONLY != *" 2 "* ]] && ONLY+="2 "
 
-bench_setup
 make_ref
 sql -c "SELECT 'done' FROM pg_proc WHERE proname = 'claim_next' AND 'done' = ANY(proargnames)" | grep -q 'done' \
     || die "the installed pg_claim has no claim_next(done): not 0.2.0 yet?"

@@ -23,12 +23,9 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init limits-bench limits   # ROOT, OUT
-bench_knobs 300000
+bench_windowed limits 300000 "1 2"   # ROOT, OUT, DUR, CLIENTS, THREADS, WINDOWS, BACKLOG, ONLY; the cluster
 NGROUPS=${BENCH_GROUPS:-10000}
-bench_only "1 2"
 
-bench_setup
 sql -c "SELECT 'ok' FROM pg_proc WHERE proname = 'create_queue' AND 'group_limit' = ANY(proargnames)" | grep -q ok \
     || die "the installed pg_claim has no create_queue(max_active, group_limit): flow control not installed yet?"
 

@@ -23,11 +23,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-bench_init maintenance
-CLIENTS=${CLIENTS:-8}
-SECS=${SECS:-8}
-BACKLOG=${BACKLOG:-200000}
-BENCH_SHARED_BUFFERS=256MB bench_cluster "$(free_port 5583)"
+bench_defaults CLIENTS=8 SECS=8 BACKLOG=200000
+bench_small maintenance
 sql <<'SQL'
 SELECT claim.create_queue('b_m', lease => '1 minute');
 CREATE FUNCTION b_noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;

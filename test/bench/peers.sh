@@ -24,14 +24,11 @@ set -Eeuo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"
-bench_init peers-bench peers   # ROOT, OUT
-bench_knobs 300000
+bench_windowed peers 300000 "1 2 3"   # ROOT, OUT, DUR, CLIENTS, THREADS, WINDOWS, BACKLOG, ONLY; the cluster
 BATCH=${BENCH_BATCH:-500}
 BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-4}
 PGMQ_SQL=$HERE/peers/vendor/pgmq/pgmq-1.5.1.sql
-bench_only "1 2 3"
 
-bench_setup
 sql -f "$PGMQ_SQL" >/dev/null || die "installing pgmq from $PGMQ_SQL failed"
 
 cat >"$S/pgmq_one.sql" <<'EOF'

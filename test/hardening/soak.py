@@ -561,6 +561,23 @@ def sql(query, params=None):
         return c.execute(query, params).fetchall()
 
 
+def one(query, params=None):
+    """The first column of the query's first row."""
+    return sql(query, params)[0][0]
+
+
+def copies(table, by):
+    """The rows of table beyond the first of each group of the same values in the columns by
+    (0 when no two rows agree)."""
+    return one(f"SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {table}"
+               f" GROUP BY {by} HAVING count(*) > 1) d")
+
+
+def missing(rows, match):
+    """How many of rows have no row in match (a FROM ... WHERE that may name rows' alias)."""
+    return one(f"SELECT count(*) FROM {rows} WHERE NOT EXISTS (SELECT FROM {match})")
+
+
 def remaining():
     return sql("SELECT count(*) FILTER (WHERE i.state = 'r'), count(*) FILTER (WHERE i.state = 'd')"
                " FROM claim.items i JOIN claim.queues q USING (queue_id)"
@@ -636,18 +653,15 @@ def main():
     (enqueued, effects, distinct_effects) = sql(
         "SELECT (SELECT count(*) FROM soak_enqueued), count(*), count(DISTINCT k) FROM soak_effects")[0]
     by_kind = dict(sql("SELECT kind, count(*) FROM soak_enqueued GROUP BY kind"))
-    trig_rows = sql("SELECT count(*) FROM soak_orders")[0][0]
-    lost = sql("SELECT count(*) FROM soak_enqueued e WHERE NOT EXISTS"
-               " (SELECT FROM soak_effects f WHERE f.k = e.k)")[0][0]
-    duplicated = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_effects"
-                     " GROUP BY k HAVING count(*) > 1) d")[0][0]
-    dup_items = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_effects"
-                    " GROUP BY item_id HAVING count(*) > 1) d")[0][0]
-    unexpected = sql("SELECT count(*) FROM soak_effects f WHERE f.k IS NULL OR NOT EXISTS"
-                     " (SELECT FROM soak_enqueued e WHERE e.k = f.k)")[0][0]
+    trig_rows = one("SELECT count(*) FROM soak_orders")
+    lost = missing("soak_enqueued e", "soak_effects f WHERE f.k = e.k")
+    duplicated = copies("soak_effects", "k")
+    dup_items = copies("soak_effects", "item_id")
+    unexpected = one("SELECT count(*) FROM soak_effects f WHERE f.k IS NULL OR NOT EXISTS"
+                     " (SELECT FROM soak_enqueued e WHERE e.k = f.k)")
     # recorded item ids must match the items that were delivered for those keys
-    wrong_id = sql("SELECT count(*) FROM soak_effects f JOIN soak_enqueued e USING (k)"
-                   " WHERE e.item_id IS NOT NULL AND e.item_id <> f.item_id")[0][0]
+    wrong_id = one("SELECT count(*) FROM soak_effects f JOIN soak_enqueued e USING (k)"
+                   " WHERE e.item_id IS NOT NULL AND e.item_id <> f.item_id")
     # within a group, effects commit in enqueue (item id) order
     out_of_order = sql(
         "SELECT count(*) FROM (SELECT item_id, lag(item_id) OVER w AS prev FROM soak_effects"
@@ -661,15 +675,14 @@ def main():
     counter_gaps = sql(
         "SELECT count(*) FROM soak_counter c WHERE c.name LIKE 'fence:%%' AND c.value <>"
         " (SELECT count(*) FROM soak_fence f WHERE f.name = c.name)")[0][0]
-    fenced = sql("SELECT count(*) FROM soak_fence")[0][0]
-    once_dup = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_once_effects"
-                   " GROUP BY key HAVING count(*) > 1) d")[0][0]
+    fenced = one("SELECT count(*) FROM soak_fence")
+    once_dup = copies("soak_once_effects", "key")
     once_unmatched = sql(
         "SELECT count(*) FROM (SELECT key FROM claim.once_keys WHERE key LIKE 'soak-once:%%'"
         " EXCEPT SELECT key FROM soak_once_effects) d")[0][0] + sql(
         "SELECT count(*) FROM (SELECT key FROM soak_once_effects EXCEPT"
         " SELECT key FROM claim.once_keys) d")[0][0]
-    once_effects = sql("SELECT count(*) FROM soak_once_effects")[0][0]
+    once_effects = one("SELECT count(*) FROM soak_once_effects")
     # shared and exclusive: in commit order, no write under a token below an
     # earlier exclusive write's, no exclusive write below any earlier write's
     rw_violations = sql(
@@ -685,7 +698,7 @@ def main():
     epochs_out_of_order = sql(
         "SELECT count(*) FROM (SELECT at, lag(at) OVER (ORDER BY epoch) AS prev_at FROM"
         " (SELECT epoch, min(at) AS at FROM soak_epochs GROUP BY epoch) e) s WHERE prev_at > at")[0][0]
-    epochs = sql("SELECT count(DISTINCT epoch) FROM soak_epochs")[0][0]
+    epochs = one("SELECT count(DISTINCT epoch) FROM soak_epochs")
     # the watch: every change under the prefix committed in the watched range
     # was delivered, once, in order
     watch_gaps = 0
@@ -696,15 +709,12 @@ def main():
         watch_gaps = len(set(logged) - set(watcher.seen)) + len(set(watcher.seen) - set(logged))
         watch_gaps += sum(1 for a, b in zip(watcher.seen, watcher.seen[1:]) if b <= a)
     # durable runs: no step ran twice, no run lost, no run completed without its steps
-    steps_twice = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_step_effects"
-                      " GROUP BY item_id, step HAVING count(*) > 1) d")[0][0]
-    runs_lost = sql("SELECT count(*) FROM soak_runs r WHERE NOT EXISTS"
-                    " (SELECT FROM soak_runs_done d WHERE d.item_id = r.item_id)")[0][0]
-    runs_twice = sql("SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM soak_runs_done"
-                     " GROUP BY item_id HAVING count(*) > 1) d")[0][0]
-    runs_short = sql("SELECT count(*) FROM soak_runs_done d WHERE (SELECT count(DISTINCT step)"
-                     " FROM soak_step_effects e WHERE e.item_id = d.item_id) <> 3")[0][0]
-    runs_done = sql("SELECT count(*) FROM soak_runs_done")[0][0]
+    steps_twice = copies("soak_step_effects", "item_id, step")
+    runs_lost = missing("soak_runs r", "soak_runs_done d WHERE d.item_id = r.item_id")
+    runs_twice = copies("soak_runs_done", "item_id")
+    runs_short = one("SELECT count(*) FROM soak_runs_done d WHERE (SELECT count(DISTINCT step)"
+                     " FROM soak_step_effects e WHERE e.item_id = d.item_id) <> 3")
+    runs_done = one("SELECT count(*) FROM soak_runs_done")
 
     print(f"enqueued: {enqueued} (single {by_kind.get('single', 0)}, batch {by_kind.get('batch', 0)},"
           f" trigger {by_kind.get('trigger', 0)} from {trig_rows} rows); effects: {effects}"

@@ -26,10 +26,13 @@
 #   psql_cl ...  psql on the cluster (database $CL_DB, default postgres), no ~/.psqlrc
 #   cluster_start / cluster_stop [mode] / cluster_crash
 #   cluster_database DB  a database with pg_claim in it (CL_DB=DB)
+#   claim_initdb ...     the initdb and settings of cluster_init (test/lib/initdb.sh)
 #   debian_node_pg       Debian's node-pg for NODE_PATH (when npm is unreachable)
 
 # PG_BIN from the caller, else the major test/pg-major.sh picks
 [[ -n ${PG_BIN:-} ]] || . "$(dirname "${BASH_SOURCE[0]}")/../pg-major.sh"
+# shellcheck source=lib/initdb.sh
+. "$(dirname "${BASH_SOURCE[0]}")/initdb.sh"   # claim_initdb
 PG_MAJOR=${PG_MAJOR:-$(basename "$(dirname "$PG_BIN")")}
 RUN_USER="${PGCLAIM_USER:-pgclaim}"
 CL_DB=${CL_DB:-postgres}
@@ -93,17 +96,8 @@ cluster_init() {
     CL_PORT="$(free_port)"
     chown "$RUN_USER:" "$CL_DIR"
     chmod 755 "$CL_DIR"
-    as_user initdb -D "$CL_DATA" --auth=trust --no-instructions -E UTF8 --locale=C >/dev/null || return 1
-    {
-        echo "# pg_claim test cluster: $1"
-        echo "port = $CL_PORT"
-        echo "listen_addresses = ''"
-        echo "unix_socket_directories = '$CL_DIR'"
-        echo "shared_preload_libraries = 'pg_claim'"
-        echo "fsync = off"
-        echo "log_line_prefix = '%m [%p] '"
-        if [[ ! -t 0 ]]; then cat; fi
-    } >>"$CL_DATA/postgresql.conf"
+    claim_initdb "$1" "$CL_DATA" "$CL_PORT" "$CL_DIR" '' "log_line_prefix = '%m [%p] '" || return 1
+    if [[ ! -t 0 ]]; then cat >>"$CL_DATA/postgresql.conf"; fi
 }
 
 cluster_start() {

@@ -49,49 +49,50 @@ sub as_attacker
 }
 
 # Built-ins the scripts and the C code could reach by name, shadowed by
-# functions of the same signature: [name, arguments, result, call].
+# functions of the same signature: [name, arguments, result]; each calls
+# pg_catalog's function of that name with its arguments.
 my @shadow_functions = (
-	[ 'clock_timestamp', '', 'timestamptz', 'pg_catalog.clock_timestamp()' ],
-	[ 'now', '', 'timestamptz', 'pg_catalog.now()' ],
-	[ 'statement_timestamp', '', 'timestamptz', 'pg_catalog.statement_timestamp()' ],
-	[ 'transaction_timestamp', '', 'timestamptz', 'pg_catalog.transaction_timestamp()' ],
-	[ 'nextval', 'regclass', 'bigint', 'pg_catalog.nextval($1)' ],
-	[ 'currval', 'regclass', 'bigint', 'pg_catalog.currval($1)' ],
-	[ 'setval', 'regclass, bigint', 'bigint', 'pg_catalog.setval($1, $2)' ],
-	[ 'lower', 'text', 'text', 'pg_catalog.lower($1)' ],
-	[ 'upper', 'text', 'text', 'pg_catalog.upper($1)' ],
-	[ 'length', 'text', 'integer', 'pg_catalog.length($1)' ],
-	[ 'octet_length', 'text', 'integer', 'pg_catalog.octet_length($1)' ],
-	[ 'md5', 'text', 'text', 'pg_catalog.md5($1)' ],
-	[ 'hashtext', 'text', 'integer', 'pg_catalog.hashtext($1)' ],
-	[ 'format', 'text', 'text', 'pg_catalog.format($1)' ],
-	[ 'format', 'text, text', 'text', 'pg_catalog.format($1, $2)' ],
-	[ 'format', 'text, text, text', 'text', 'pg_catalog.format($1, $2, $3)' ],
-	[ 'quote_ident', 'text', 'text', 'pg_catalog.quote_ident($1)' ],
-	[ 'quote_literal', 'text', 'text', 'pg_catalog.quote_literal($1)' ],
-	[ 'quote_nullable', 'text', 'text', 'pg_catalog.quote_nullable($1)' ],
-	[ 'concat', 'text, text', 'text', 'pg_catalog.concat($1, $2)' ],
-	[ 'to_jsonb', 'anyelement', 'jsonb', 'pg_catalog.to_jsonb($1)' ],
-	[ 'to_json', 'anyelement', 'json', 'pg_catalog.to_json($1)' ],
-	[ 'jsonb_build_object', 'text, text', 'jsonb', 'pg_catalog.jsonb_build_object($1, $2)' ],
-	[ 'jsonb_build_object', 'text, jsonb', 'jsonb', 'pg_catalog.jsonb_build_object($1, $2)' ],
-	[ 'jsonb_typeof', 'jsonb', 'text', 'pg_catalog.jsonb_typeof($1)' ],
-	[ 'jsonb_set', 'jsonb, text[], jsonb', 'jsonb', 'pg_catalog.jsonb_set($1, $2, $3)' ],
-	[ 'array_length', 'anyarray, integer', 'integer', 'pg_catalog.array_length($1, $2)' ],
-	[ 'cardinality', 'anyarray', 'integer', 'pg_catalog.cardinality($1)' ],
-	[ 'array_to_string', 'anyarray, text', 'text', 'pg_catalog.array_to_string($1, $2)' ],
-	[ 'pg_advisory_xact_lock', 'bigint', 'void', 'pg_catalog.pg_advisory_xact_lock($1)' ],
-	[ 'pg_try_advisory_xact_lock', 'bigint', 'boolean', 'pg_catalog.pg_try_advisory_xact_lock($1)' ],
-	[ 'pg_advisory_xact_lock', 'integer, integer', 'void', 'pg_catalog.pg_advisory_xact_lock($1, $2)' ],
-	[ 'pg_notify', 'text, text', 'void', 'pg_catalog.pg_notify($1, $2)' ],
-	[ 'set_config', 'text, text, boolean', 'text', 'pg_catalog.set_config($1, $2, $3)' ],
-	[ 'current_setting', 'text', 'text', 'pg_catalog.current_setting($1)' ],
-	[ 'txid_current', '', 'bigint', 'pg_catalog.txid_current()' ],
-	[ 'pg_current_xact_id', '', 'xid8', 'pg_catalog.pg_current_xact_id()' ],
-	[ 'random', '', 'double precision', 'pg_catalog.random()' ],
-	[ 'pg_sleep', 'double precision', 'void', 'pg_catalog.pg_sleep($1)' ],
-	[ 'unnest', 'anyarray', 'SETOF anyelement', 'pg_catalog.unnest($1)' ],
-	[ 'generate_series', 'integer, integer', 'SETOF integer', 'pg_catalog.generate_series($1, $2)' ],);
+	[ 'clock_timestamp', '', 'timestamptz' ],
+	[ 'now', '', 'timestamptz' ],
+	[ 'statement_timestamp', '', 'timestamptz' ],
+	[ 'transaction_timestamp', '', 'timestamptz' ],
+	[ 'nextval', 'regclass', 'bigint' ],
+	[ 'currval', 'regclass', 'bigint' ],
+	[ 'setval', 'regclass, bigint', 'bigint' ],
+	[ 'lower', 'text', 'text' ],
+	[ 'upper', 'text', 'text' ],
+	[ 'length', 'text', 'integer' ],
+	[ 'octet_length', 'text', 'integer' ],
+	[ 'md5', 'text', 'text' ],
+	[ 'hashtext', 'text', 'integer' ],
+	[ 'format', 'text', 'text' ],
+	[ 'format', 'text, text', 'text' ],
+	[ 'format', 'text, text, text', 'text' ],
+	[ 'quote_ident', 'text', 'text' ],
+	[ 'quote_literal', 'text', 'text' ],
+	[ 'quote_nullable', 'text', 'text' ],
+	[ 'concat', 'text, text', 'text' ],
+	[ 'to_jsonb', 'anyelement', 'jsonb' ],
+	[ 'to_json', 'anyelement', 'json' ],
+	[ 'jsonb_build_object', 'text, text', 'jsonb' ],
+	[ 'jsonb_build_object', 'text, jsonb', 'jsonb' ],
+	[ 'jsonb_typeof', 'jsonb', 'text' ],
+	[ 'jsonb_set', 'jsonb, text[], jsonb', 'jsonb' ],
+	[ 'array_length', 'anyarray, integer', 'integer' ],
+	[ 'cardinality', 'anyarray', 'integer' ],
+	[ 'array_to_string', 'anyarray, text', 'text' ],
+	[ 'pg_advisory_xact_lock', 'bigint', 'void' ],
+	[ 'pg_try_advisory_xact_lock', 'bigint', 'boolean' ],
+	[ 'pg_advisory_xact_lock', 'integer, integer', 'void' ],
+	[ 'pg_notify', 'text, text', 'void' ],
+	[ 'set_config', 'text, text, boolean', 'text' ],
+	[ 'current_setting', 'text', 'text' ],
+	[ 'txid_current', '', 'bigint' ],
+	[ 'pg_current_xact_id', '', 'xid8' ],
+	[ 'random', '', 'double precision' ],
+	[ 'pg_sleep', 'double precision', 'void' ],
+	[ 'unnest', 'anyarray', 'SETOF anyelement' ],
+	[ 'generate_series', 'integer, integer', 'SETOF integer' ],);
 
 # Operators: [operator, left type or undef for prefix, right type, result].
 my @shadow_operators = (
@@ -178,7 +179,9 @@ sub plant_sql
 	my $n = 0;
 	for my $f (@shadow_functions)
 	{
-		my ($name, $args, $ret, $call) = @$f;
+		my ($name, $args, $ret) = @$f;
+		my $nargs = $args eq '' ? 0 : scalar(split /,/, $args);
+		my $call = "pg_catalog.$name(" . join(', ', map { "\$$_" } 1 .. $nargs) . ')';
 		my $tag = "$s.$name($args)";
 		my $body;
 		if ($ret =~ /^SETOF/) { $body = "RETURN QUERY SELECT $call;"; }

@@ -85,6 +85,23 @@ def report(name, v, lost):
           f"max={max(v) if v else float('nan'):.3f} lost={lost}", flush=True)
 
 
+def complete_and_wake(conn, pipe, statements, stamp):
+    """BEGIN; the (sql, params) statements; with stamp, clock_timestamp() read just before COMMIT;
+    COMMIT; then the waiter's answer on pipe. None when its wait ended without the item completed
+    (lost), else (commit_to_return, precommit_to_return) in ms, the second None without stamp."""
+    conn.execute("BEGIN")
+    for sql, params in statements:
+        conn.execute(sql, params)
+    if stamp:
+        pre = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+    conn.execute("COMMIT")
+    committed = time.time()
+    ok, server_ts, returned = pipe.recv()
+    if not ok:
+        return None
+    return (returned - committed) * 1000, (server_ts - pre) * 1000 if stamp else None
+
+
 def run_claim(conn, samples, queue):
     conn.execute("SELECT claim.create_queue(%s, retain => '1 hour') "
                  "WHERE NOT EXISTS (SELECT FROM claim.queue_stats WHERE queue = %s)", (queue, queue))
@@ -103,17 +120,12 @@ def run_claim(conn, samples, queue):
             if conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active' "
                             "AND wait_event_type = 'Extension'", (waiter_pid,)).fetchone()[0]:
                 break
-        conn.execute("BEGIN")
-        conn.execute("SELECT claim.complete(%s::bigint)", (token,))
-        pre = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
-        conn.execute("COMMIT")
-        committed = time.time()
-        ok, server_ts, returned = ours.recv()
-        if not ok:
+        wake = complete_and_wake(conn, ours, [("SELECT claim.complete(%s::bigint)", (token,))], stamp=True)
+        if wake is None:
             lost += 1
-            continue
-        a.append((returned - committed) * 1000)
-        b.append((server_ts - pre) * 1000)
+        else:
+            a.append(wake[0])
+            b.append(wake[1])
     ours.send(None)
     proc.join()
     # What the waiter does after its wake-up, alone: item_state without wait on a completed
@@ -146,16 +158,12 @@ def run_notify(conn, samples):
         ours.send(item)
         ours.recv()  # "ready": the waiter is about to block on its socket
         time.sleep(0.002)
-        conn.execute("BEGIN")
-        conn.execute("UPDATE wake_jobs SET status = 'complete' WHERE id = 1")
-        conn.execute("SELECT pg_notify('job_done', %s)", (str(item),))
-        conn.execute("COMMIT")
-        committed = time.time()
-        ok, _, returned = ours.recv()
-        if not ok:
+        wake = complete_and_wake(conn, ours, [("UPDATE wake_jobs SET status = 'complete' WHERE id = 1", None),
+                                              ("SELECT pg_notify('job_done', %s)", (str(item),))], stamp=False)
+        if wake is None:
             lost += 1
-            continue
-        a.append((returned - committed) * 1000)
+        else:
+            a.append(wake[0])
     ours.send(None)
     proc.join()
     report("notify_commit_to_return", a, lost)
