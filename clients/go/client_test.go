@@ -41,9 +41,7 @@ func TestErrorTable(t *testing.T) {
 }
 
 func TestErrorsFromServer(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	_, err := c.Enqueue(ctx, name("no_such_queue"), nil, nil)
 	var e *Error
 	var pg *pgconn.PgError
@@ -102,9 +100,7 @@ func TestErrorsFromServer(t *testing.T) {
 }
 
 func TestEnqueueItemStateCancel(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Retain: time.Hour})
+	c, ctx, q := setup(t, &QueueOptions{Retain: time.Hour})
 	id, err := c.Enqueue(ctx, q, map[string]interface{}{"to": "a@example.com"},
 		&EnqueueOptions{Priority: 5, GroupKey: "g", DedupKey: "welcome:42"})
 	if err != nil || id <= 0 {
@@ -154,9 +150,7 @@ func TestEnqueueItemStateCancel(t *testing.T) {
 }
 
 func TestEnqueueInCallersTransaction(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Retain: time.Hour})
+	c, ctx, q := setup(t, &QueueOptions{Retain: time.Hour})
 	other := conn(t)
 	tx, err := other.Begin(ctx)
 	if err != nil {

@@ -82,6 +82,14 @@ func queue(t *testing.T, c *Client, o *QueueOptions) string {
 	return q
 }
 
+// setup: what most tests start from: the test's client, a context that
+// ends with it and a fresh queue with options o.
+func setup(t *testing.T, o *QueueOptions) (*Client, context.Context, string) {
+	t.Helper()
+	c := client(t)
+	return c, ctx5(t), queue(t, c, o)
+}
+
 // table: a fresh table (id bigint primary key, token bigint), dropped at the end.
 func table(t *testing.T, c *pgx.Conn) string {
 	t.Helper()

@@ -676,16 +676,26 @@ func (w *Worker) fail(s *slot, job *Job, herr error) {
 		w.logFailure(job, herr)
 	}
 	err := w.exec(s, "SELECT claim.fail($1::bigint, $2::text, $3::interval)", job.Token, errorText(herr), retry)
+	done := &w.stats.Failed
+	if retry != nil {
+		done = &w.stats.Retried
+	}
+	w.settled(job, "fail", err, done)
+}
+
+// settled counts what the statement that completed or failed job (verb:
+// "complete", "fail") came to: done when it went through, Stale when the
+// token was no longer live (the outcome is dropped), else a log line (the
+// item returns when its lease ends).
+func (w *Worker) settled(job *Job, verb string, err error, done *int64) {
 	switch {
-	case err == nil && retry != nil:
-		atomic.AddInt64(&w.stats.Retried, 1)
 	case err == nil:
-		atomic.AddInt64(&w.stats.Failed, 1)
+		atomic.AddInt64(done, 1)
 	case isStale(err):
 		atomic.AddInt64(&w.stats.Stale, 1)
-		w.logf("stale token for job %d at fail (%v); outcome dropped", job.ID, err)
+		w.logf("stale token for job %d at %s (%v); outcome dropped", job.ID, verb, err)
 	default:
-		w.logf("could not fail job %d (%v); it returns when its lease ends", job.ID, err)
+		w.logf("could not %s job %d (%v); it returns when its lease ends", verb, job.ID, err)
 	}
 }
 
@@ -723,16 +733,7 @@ func (w *Worker) work(s *slot, job *Job) {
 		w.fail(s, job, err)
 		return
 	}
-	err = w.exec(s, sql, args...)
-	switch {
-	case err == nil:
-		atomic.AddInt64(&w.stats.Completed, 1)
-	case isStale(err):
-		atomic.AddInt64(&w.stats.Stale, 1)
-		w.logf("stale token %d at completion (%v); outcome dropped", job.Token, err)
-	default:
-		w.logf("could not complete job %d (%v); it returns when its lease ends", job.ID, err)
-	}
+	w.settled(job, "complete", w.exec(s, sql, args...), &w.stats.Completed)
 }
 
 // workTx runs a job in transactional mode: assert_token, the handler's

@@ -18,9 +18,7 @@ import (
 // once, recorded in a table with a primary key.
 func TestWorkersDrainExactlyOnce(t *testing.T) {
 	t.Parallel()
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	db := conn(t)
 	tb := table(t, db)
 	payloads := make([]interface{}, 1000)
@@ -73,9 +71,7 @@ func TestWorkersDrainExactlyOnce(t *testing.T) {
 
 func TestFailRetryResult(t *testing.T) {
 	t.Parallel()
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Retain: time.Hour, MaxAttempts: 3, Backoff: time.Hour})
+	c, ctx, q := setup(t, &QueueOptions{Retain: time.Hour, MaxAttempts: 3, Backoff: time.Hour})
 	fails, _ := c.Enqueue(ctx, q, map[string]string{"do": "fail"}, nil)
 	retry, _ := c.Enqueue(ctx, q, map[string]string{"do": "retry"}, nil)
 	ok, _ := c.Enqueue(ctx, q, map[string]string{"do": "ok"}, nil)
@@ -127,10 +123,8 @@ func TestFailRetryResult(t *testing.T) {
 // extend of every queue queued behind it (1.6 s seen in the server's log),
 // longer than this lease.
 func TestHeartbeatKeepsTheLease(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
 	lease, hold := 600*time.Millisecond, 1500*time.Millisecond
-	q := queue(t, c, &QueueOptions{Lease: lease})
+	c, ctx, q := setup(t, &QueueOptions{Lease: lease})
 	if _, err := c.Enqueue(ctx, q, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +158,7 @@ func TestHeartbeatKeepsTheLease(t *testing.T) {
 // Someone releases the item under the handler's feet: its completion is
 // refused (PC001), one log line, the outcome dropped, the item ready again.
 func TestStaleTokenOutcomeDropped(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	id, _ := c.Enqueue(ctx, q, nil, nil)
 	other := client(t)
 	w, lb := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {
@@ -185,9 +177,7 @@ func TestStaleTokenOutcomeDropped(t *testing.T) {
 // The heartbeat finds the lease lost: the handler's context ends.
 func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	t.Parallel()
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Lease: 300 * time.Millisecond})
+	c, ctx, q := setup(t, &QueueOptions{Lease: 300 * time.Millisecond})
 	c.Enqueue(ctx, q, nil, nil)
 	other := client(t)
 	var seen int32
@@ -231,9 +221,7 @@ func TestStopCancelsWaitingClaims(t *testing.T) {
 
 // SIGTERM: handlers in flight finish within the grace period and complete.
 func TestSigtermFinishesInFlight(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	for i := 0; i < 3; i++ {
 		c.Enqueue(ctx, q, nil, nil)
 	}
@@ -258,9 +246,7 @@ func TestStopReleasesWhatOutlivesGrace(t *testing.T) {
 	t.Parallel()
 	for _, tx := range []bool{false, true} {
 		t.Run(fmt.Sprintf("transactional=%v", tx), func(t *testing.T) {
-			c := client(t)
-			ctx := ctx5(t)
-			q := queue(t, c, nil)
+			c, ctx, q := setup(t, nil)
 			db := conn(t)
 			tb := table(t, db)
 			id, _ := c.Enqueue(ctx, q, nil, nil)
@@ -310,9 +296,7 @@ func TestStopReleasesWhatOutlivesGrace(t *testing.T) {
 
 // Not parallel, as TestHeartbeatKeepsTheLease.
 func TestTransactionalCommitsWithCompletion(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Lease: 600 * time.Millisecond, Retain: time.Hour})
+	c, ctx, q := setup(t, &QueueOptions{Lease: 600 * time.Millisecond, Retain: time.Hour})
 	db := conn(t)
 	tb := table(t, db)
 	other := conn(t)
@@ -374,9 +358,7 @@ func TestTransactionalCommitsWithCompletion(t *testing.T) {
 // handler's writes remain; the other worker's do.
 func TestTransactionalLeaseLostLeavesNoWrites(t *testing.T) {
 	t.Parallel()
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, &QueueOptions{Lease: 300 * time.Millisecond})
+	c, ctx, q := setup(t, &QueueOptions{Lease: 300 * time.Millisecond})
 	db := conn(t)
 	tb := name("gotab")
 	db.Exec(ctx, "CREATE TABLE "+tb+" (id bigint, token bigint PRIMARY KEY)")
@@ -419,9 +401,7 @@ func TestTransactionalLeaseLostLeavesNoWrites(t *testing.T) {
 // An item cancelled between its claim and the fence: assert_token refuses
 // it (PC001), so a transactional handler would not run.
 func TestAssertTokenOfCancelledItem(t *testing.T) {
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	id, _ := c.Enqueue(ctx, q, nil, nil)
 	var token int64
 	if err := c.Conn().QueryRow(ctx, "SELECT token FROM claim.claim_next($1::text)", q).Scan(&token); err != nil {
@@ -492,9 +472,7 @@ func TestFatalErrorsStopTheWorker(t *testing.T) {
 // The server ends the worker's connections: the slots reconnect and go on.
 func TestReconnects(t *testing.T) {
 	t.Parallel()
-	c := client(t)
-	ctx := ctx5(t)
-	q := queue(t, c, nil)
+	c, ctx, q := setup(t, nil)
 	admin := conn(t)
 	var n int32
 	w, lb := worker(q, func(ctx context.Context, j *Job) (interface{}, error) {

@@ -33,7 +33,25 @@ class Retry(Exception):
             raise ValueError("Retry(after=...) must not be negative")
 
 
-class Job:
+class Delivery:
+    """What every view of one claimed item carries: its ``queue``, its ``id``,
+    the claim's fencing ``token``, the ``payload``, which ``attempt`` this
+    is, and ``conn``, the connection the item's work runs on (or None). The
+    base of :class:`Job` and of the durable runner's ``Context``."""
+
+    __slots__ = ("queue", "id", "token", "payload", "attempt", "conn")
+
+    def __init__(self, queue: str, id: int, token: int, payload: Any, attempt: int,
+                 conn: Any = None) -> None:
+        self.queue = queue
+        self.id = id
+        self.token = token
+        self.payload = payload
+        self.attempt = attempt
+        self.conn = conn
+
+
+class Job(Delivery):
     """One claimed item, as the handler sees it.
 
     ``lease_seconds`` is the length of the claim's lease (the heartbeat
@@ -42,19 +60,13 @@ class Job:
     ``claim.assert_token``), else None.
     """
 
-    __slots__ = ("queue", "id", "token", "payload", "attempt", "group_key", "lease_seconds",
-                 "conn")
+    __slots__ = ("group_key", "lease_seconds")
 
     def __init__(self, queue: str, id: int, token: int, payload: Any, attempt: int,
                  group_key: Optional[str], lease_seconds: float, conn: Any = None) -> None:
-        self.queue = queue
-        self.id = id
-        self.token = token
-        self.payload = payload
-        self.attempt = attempt
+        super().__init__(queue, id, token, payload, attempt, conn)
         self.group_key = group_key
         self.lease_seconds = lease_seconds
-        self.conn = conn
 
     def __repr__(self) -> str:
         return (f"Job(queue={self.queue!r}, id={self.id}, token={self.token}, "

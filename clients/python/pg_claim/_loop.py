@@ -391,6 +391,17 @@ class WorkerBase:
             log.warning("worker %s: slot %d lost its connection (%s); reconnecting",
                         self._label(), slot.index, _error_text(exc))
 
+    def _reconnect_failed(self, slot: SlotState, err: BaseException, delay: float) -> Optional[float]:
+        """A reconnect attempt failed after ``delay`` (the backoff so far):
+        None when no retry can fix it (the database was dropped, the password
+        changed: the worker stops), else how long to wait before the next
+        try (logged)."""
+        if is_fatal(err):
+            self._set_fatal(err)
+            return None
+        self._log_reconnect(slot, err, failed=True, delay=delay)
+        return jittered(delay)
+
     def _log_pending_lost(self, token: int, exc: BaseException) -> None:
         log.warning("worker %s: could not complete job token %d (%s); it returns "
                     "when its lease ends", self._label(), token, _error_text(exc))
@@ -540,6 +551,22 @@ class WorkerBase:
         else:
             log.warning("worker %s: job %d rolled back; release failed (%s)",
                         self._label(), job.id, _error_text(exc))
+
+    def _beat_conn_needed(self, slot: SlotState) -> bool:
+        """Whether the heartbeat must open a connection of its own now: in
+        plain mode (a transactional job's lease can only be extended inside
+        its transaction), when it has none that works (the slot's broke)."""
+        conn = slot.beat_conn
+        return not self.transactional and (conn is None or conn.closed or conn.broken)
+
+    def _log_beat_conn(self, slot: SlotState, exc: Optional[BaseException]) -> None:
+        """The heartbeat opened its own connection (``exc`` None), or could not."""
+        if exc is None:
+            log.warning("worker %s: slot %d lost its connection under a running job; "
+                        "the heartbeat extends from a connection of its own", self._label(),
+                        slot.index)
+        else:
+            log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
 
     def _beat_failed(self, job: Job, exc: BaseException) -> bool:
         """The heartbeat's extend failed: True when the lease is lost (logged)."""

@@ -18,7 +18,7 @@ from ._loop import (BACKOFF_FIRST, BACKOFF_MAX, CANCELED, SlotState, WorkerBase,
                     OUTCOME_TRIES, HandlerExit, _Abandoned, jittered, _error_text, _sqlstate, log,
                     transient, unstorable)
 from ._deadline import TimedAsyncCursor, armed
-from .errors import is_fatal, map_error
+from .errors import map_error
 from .worker import (ASSERT_SQL, EXTEND_SQL, FAIL_SQL, LEASE_SECONDS_SQL, RELEASE_SQL, ClaimSQL,
                      LeaseClock, complete_statement, connect_kwargs_for)
 
@@ -268,22 +268,16 @@ class AsyncWorker(WorkerBase):
             self._log_release(job, exc, fresh=False)
 
     async def _beat_conn(self, slot: _ASlot) -> "Optional[psycopg.AsyncConnection[Any]]":
-        """The heartbeat's own connection (plain mode: a transactional job's
-        lease can only be extended inside its transaction), opened when the
-        slot's broke."""
-        if self.transactional:
-            return None
-        conn = slot.beat_conn
-        if conn is None or conn.closed or conn.broken:
+        """The heartbeat's own connection, opened when the slot's broke (see
+        WorkerBase._beat_conn_needed); None in transactional mode."""
+        if self._beat_conn_needed(slot):
             try:
-                conn = slot.beat_conn = await self._connect()
-                log.warning("worker %s: slot %d lost its connection under a running job; "
-                            "the heartbeat extends from a connection of its own", self._label(),
-                            slot.index)
+                slot.beat_conn = await self._connect()
             except psycopg.Error as exc:
-                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                self._log_beat_conn(slot, exc)
                 return None
-        return conn
+            self._log_beat_conn(slot, None)
+        return None if self.transactional else slot.beat_conn
 
     async def _close(self) -> None:
         # The cancel requests still on their way (at most _short() in all),
@@ -372,11 +366,10 @@ class AsyncWorker(WorkerBase):
                     await old.close()
                 return
             except psycopg.OperationalError as err:
-                if is_fatal(err):   # the database was dropped, the password changed
-                    self._set_fatal(err)
+                wait = self._reconnect_failed(slot, err, delay)
+                if wait is None:
                     return
-                self._log_reconnect(slot, err, failed=True, delay=delay)
-                await self._sleep(jittered(delay))
+                await self._sleep(wait)
                 delay = min(delay * 2, BACKOFF_MAX)
 
     async def _fetch(self, slot: _ASlot, query: str,

@@ -29,11 +29,9 @@ import psycopg
 from .errors import PgClaimError, map_error
 
 
-class Compacted(PgClaimError):
+class Compacted(PgClaimError, sqlstate="PC004"):
     """PC004: the watch's revision is older than pg_claim.watch_retention.
     Read the state again, then watch from ``claim.revision()``."""
-
-    sqlstate = "PC004"
 
 
 class Change(NamedTuple):

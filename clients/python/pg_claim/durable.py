@@ -42,7 +42,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ._common import Interval, Retry, to_interval
+from ._common import Delivery, Interval, Retry, to_interval
 from ._loop import STALE, _error_text, _sqlstate, default_conninfo
 
 __all__ = ["Context", "Durable", "Suspended", "durable"]
@@ -68,17 +68,14 @@ class Suspended(Exception):
     catches it; a function must let it through."""
 
 
-class Context:
+class Context(Delivery):
     """What a durable function gets: the run's item and the durable calls."""
+
+    conn: "psycopg.Connection[Any]"
 
     def __init__(self, conn: "psycopg.Connection[Any]", queue: str, id: int, token: int,
                  payload: Any, attempt: int, lease: Optional[Any]) -> None:
-        self.conn = conn
-        self.queue = queue
-        self.id = id
-        self.token = token
-        self.payload = payload
-        self.attempt = attempt
+        super().__init__(queue, id, token, payload, attempt, conn)
         self._lease = lease
         self._sleeps = 0
         self._children = 0

@@ -7,15 +7,25 @@ a psycopg error into the matching class below, keeping the original as
 from __future__ import annotations
 
 import re
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 import psycopg
 
 
 class PgClaimError(Exception):
-    """Base class of every error raised by this package."""
+    """Base class of every error raised by this package.
+
+    A subclass names the SQLSTATE it stands for in its header,
+    ``class StaleToken(PgClaimError, sqlstate="PC001")``: the class's
+    ``sqlstate`` (an instance keeps the server's, when it sent another one
+    of the same class). A subclass that names none inherits its base's."""
 
     sqlstate: Optional[str] = None
+
+    def __init_subclass__(cls, *, sqlstate: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if sqlstate is not None:
+            cls.sqlstate = sqlstate
 
     def __init__(self, message: str, *, sqlstate: Optional[str] = None,
                  detail: Optional[str] = None, hint: Optional[str] = None) -> None:
@@ -27,87 +37,63 @@ class PgClaimError(Exception):
         self.hint = hint
 
 
-class StaleToken(PgClaimError):
+class StaleToken(PgClaimError, sqlstate="PC001"):
     """PC001: the token is not the live claim (expired, released, re-claimed,
     finished, cancelled or unknown). The outcome of that attempt must be
     discarded; the item is (or will be) delivered again."""
 
-    sqlstate = "PC001"
 
-
-class PermitMismatch(PgClaimError):
+class PermitMismatch(PgClaimError, sqlstate="PC002"):
     """PC002: a lease name already has live holders with another permit count."""
 
-    sqlstate = "PC002"
 
-
-class UnknownQueue(PgClaimError):
+class UnknownQueue(PgClaimError, sqlstate="42704"):
     """42704: the queue (or another named object) does not exist."""
 
-    sqlstate = "42704"
 
-
-class QueueExists(PgClaimError):
+class QueueExists(PgClaimError, sqlstate="42710"):
     """42710: the queue already exists."""
 
-    sqlstate = "42710"
 
-
-class InvalidName(PgClaimError):
+class InvalidName(PgClaimError, sqlstate="42602"):
     """42602: not a valid queue name."""
 
-    sqlstate = "42602"
 
-
-class InvalidArgument(PgClaimError):
+class InvalidArgument(PgClaimError, sqlstate="22023"):
     """An argument the server refuses: 22023 (out of range, bad shape), 22004
     (NULL where a value is needed), 22007 (not an interval or timestamp),
     22008 (a date out of range), 22P02 (not a number), 22003 (a number out
     of range), or an option the function does not have (the message names
     it)."""
 
-    sqlstate = "22023"
 
-
-class NullArgument(InvalidArgument):
+class NullArgument(InvalidArgument, sqlstate="22004"):
     """22004: NULL where a value is required."""
 
-    sqlstate = "22004"
 
-
-class PermissionDenied(PgClaimError):
+class PermissionDenied(PgClaimError, sqlstate="42501"):
     """42501: the role lacks a privilege the call needs."""
 
-    sqlstate = "42501"
 
-
-class ReadOnly(PgClaimError):
+class ReadOnly(PgClaimError, sqlstate="25006"):
     """25006: called on a hot standby or in a read-only transaction."""
 
-    sqlstate = "25006"
 
-
-class Cancelled(PgClaimError):
+class Cancelled(PgClaimError, sqlstate="57014"):
     """57014: a (waiting) call was cancelled or hit statement_timeout."""
 
-    sqlstate = "57014"
 
-
-class NotSupported(PgClaimError):
+class NotSupported(PgClaimError, sqlstate="0A000"):
     """The server's pg_claim lacks a function or argument this call needs
     (an older extension version), or 0A000 feature_not_supported."""
 
-    sqlstate = "0A000"
 
-
-class NotInstalled(PgClaimError):
+class NotInstalled(PgClaimError, sqlstate="3F000"):
     """3F000 on schema ``claim``: the database has no pg_claim; run
     CREATE EXTENSION pg_claim in it first."""
 
-    sqlstate = "3F000"
 
-
-class BadConnection(PgClaimError):
+class BadConnection(PgClaimError, sqlstate=None):
     """The connection settings are wrong, and trying again will not fix them:
     a connection string libpq cannot parse, a database that does not exist
     (3D000), a role that does not exist or may not log in (28000), a wrong
@@ -115,8 +101,6 @@ class BadConnection(PgClaimError):
     be reached or resolved is :class:`Transient` (a server restarting, DNS
     not ready yet). ``sqlstate`` is the server's when it sent one (psycopg
     before 3.2 passes none on for a failed connection attempt)."""
-
-    sqlstate = None
 
 
 #: SQLSTATEs of :class:`BadConnection`.

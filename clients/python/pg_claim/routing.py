@@ -30,11 +30,9 @@ __all__ = ["PartitionedClient", "PartitionUnreachable", "route_hash", "spread_pa
 MAX_SAFE = 9007199254740991
 
 
-class PartitionUnreachable(PgClaimError):
+class PartitionUnreachable(PgClaimError, sqlstate="PC003"):
     """A partition that the call needs cannot be reached (SQLSTATE PC003 at
     the front; here the connection error of the partition itself)."""
-
-    sqlstate = "PC003"
 
     def __init__(self, partition: int, cause: BaseException):
         super().__init__(f"partition {partition} cannot be reached: {cause}")

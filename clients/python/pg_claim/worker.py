@@ -29,7 +29,7 @@ from ._loop import (OUTCOME_TRIES, HandlerExit, jittered, transient, unstorable,
                     _Abandoned, _error_text, _sqlstate, default_conninfo,
                     default_worker_name, log_failure)
 from ._deadline import TimedCursor, armed, cut
-from .errors import is_fatal, map_error
+from .errors import map_error
 
 __all__ = ["Worker", "default_conninfo", "default_worker_name", "ClaimSQL", "LeaseClock",
            "connect_kwargs_for", "log_failure", "STALE", "CANCELED", "FATAL",
@@ -368,22 +368,16 @@ class Worker(WorkerBase):
             self._log_release(job, exc, fresh=False)
 
     def _beat_conn(self, slot: _Slot) -> "Optional[psycopg.Connection[Any]]":
-        """The heartbeat's own connection (plain mode: a transactional job's
-        lease can only be extended inside its transaction), opened when the
-        slot's broke."""
-        if self.transactional:
-            return None
-        conn = slot.beat_conn
-        if conn is None or conn.closed or conn.broken:
+        """The heartbeat's own connection, opened when the slot's broke (see
+        WorkerBase._beat_conn_needed); None in transactional mode."""
+        if self._beat_conn_needed(slot):
             try:
-                conn = slot.beat_conn = self._connect()
-                log.warning("worker %s: slot %d lost its connection under a running job; "
-                            "the heartbeat extends from a connection of its own", self._label(),
-                            slot.index)
+                slot.beat_conn = self._connect()
             except psycopg.Error as exc:
-                log.warning("worker %s: heartbeat could not connect: %s", self._label(), exc)
+                self._log_beat_conn(slot, exc)
                 return None
-        return conn
+            self._log_beat_conn(slot, None)
+        return None if self.transactional else slot.beat_conn
 
     def _close(self) -> None:
         self._cancels_sent()
@@ -487,11 +481,10 @@ class Worker(WorkerBase):
                     old.close()
                 return
             except psycopg.OperationalError as err:
-                if is_fatal(err):   # the database was dropped, the password changed
-                    self._set_fatal(err)
+                wait = self._reconnect_failed(slot, err, delay)
+                if wait is None:
                     return
-                self._log_reconnect(slot, err, failed=True, delay=delay)
-                self._stop.wait(jittered(delay))
+                self._stop.wait(wait)
                 delay = min(delay * 2, BACKOFF_MAX)
 
     def _fetch(self, slot: _Slot, query: str, params: Any = None) -> List[Tuple[Any, ...]]:
