@@ -18,10 +18,18 @@ SELECT f.slot = r.slot AS in_current_slot, f.payload, f.state, f.result, f.error
 FROM claim.finished f, claim.finished_ring r WHERE r.current;
 SELECT count(*) AS items_left FROM claim.items;
 
--- A large payload (kept out of line) moves whole.
-SELECT claim.enqueue('h', jsonb_build_object('big', repeat('x', 100000)));
+-- A large payload, stored out of line (64000 hexadecimal digits do not
+-- compress below the toast threshold), moves whole.
+CREATE TEMP TABLE big AS
+    SELECT jsonb_build_object('big', string_agg(md5(i::text), '' ORDER BY i)) AS p
+    FROM generate_series(1, 2000) i;
+SELECT claim.enqueue('h', p) FROM big;
+SELECT pg_relation_size(reltoastrelid) > 0 AS out_of_line FROM pg_class
+WHERE oid = 'claim.items'::regclass;
 SELECT claim.complete(token) FROM claim.claim_next('h');
-SELECT length(payload->>'big') FROM claim.finished WHERE payload ? 'big';
+SELECT f.payload = b.p AS same_payload FROM claim.finished f, big b WHERE f.payload ? 'big';
+SELECT pg_relation_size(c.reltoastrelid) > 0 AS out_of_line FROM claim.finished_ring r, pg_class c
+WHERE r.current AND c.oid = ('claim.finished_' || r.slot)::regclass;
 
 -- A row trigger of the user's on claim.finished fires for the history row.
 CREATE TABLE public.seen (id bigint, result jsonb);
