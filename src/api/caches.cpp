@@ -81,7 +81,10 @@ EmptyMemo *memo_of(int32 queue_id) {
 bool queue_seen_empty(int32 queue_id, TimestampTz now) {
     EmptyMemo *m = memo_of(queue_id);
     if (m == nullptr) return false;
-    if (now < m->until && now >= m->since && shmem::queue_quiet_since(queue_id, m->since))
+    // The queue's stamp moves when a transaction that made items ready
+    // commits; this transaction's own are visible to it already.
+    if (now < m->until && now >= m->since && shmem::queue_quiet_since(queue_id, m->since) &&
+        !shmem::ready_pending(shmem::WaitKind::Queue, queue_id))
         return true;
     m->since = 0;
     return false;

@@ -37,7 +37,8 @@ void forget_hints(int32 queue_id);
 // claimed one) remembers when it started; for a short while after it ended
 // (kEmptyUs), while no transaction has made items of the queue ready since
 // (every path that does calls shmem::notify_ready, which stamps the queue at
-// commit), the next scans of this backend are skipped. An empty queue polled
+// commit) and the open transaction has made none ready itself, the next
+// scans of this backend are skipped. An empty queue polled
 // under a long snapshot then costs no walk over the rows that snapshot keeps
 // alive. With the preload only.
 bool queue_seen_empty(int32 queue_id, TimestampTz now);

@@ -268,6 +268,13 @@ void add_pending(WaitKind kind, int64 key, int64 count, bool exact, bool on_abor
 
 void notify_ready(WaitKind kind, int64 key) { add_pending(kind, key, 1, false); }
 
+bool ready_pending(WaitKind kind, int64 key) {
+    for (int i = 0; i < npending; ++i)
+        if (pending[i].kind == (int)kind && pending[i].key == key && !pending[i].on_abort)
+            return true;
+    return false;
+}
+
 void notify_if_aborted(WaitKind kind, int64 key, int64 count) {
     add_pending(kind, key, count, true, true);
 }

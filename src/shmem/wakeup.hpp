@@ -46,6 +46,10 @@ bool wait_for(WaitKind kind, int64 key, long timeout_ms);
 //                                   and nobody more.
 void notify_ready(WaitKind kind, int64 key);
 void notify_ready(WaitKind kind, int64 key, int64 count);
+// Has the open transaction a notification pending for `key` of `kind`
+// (it made something ready that other sessions see once it commits, and
+// that it sees itself already)?
+bool ready_pending(WaitKind kind, int64 key);
 
 // `count` units of (kind, key) are ready again if the current transaction
 // aborts (the items a claim took): up to `count` waiters are woken then.

@@ -294,6 +294,17 @@ SELECT payload FROM claim.items i JOIN claim.queues q USING (queue_id) WHERE q.n
 SELECT claim.drop_queue('hq');
 SELECT claim.drop_queue('hq2');
 
+-- A transaction claims the items it enqueued itself, also right after a
+-- claim found the queue empty (the backend's memo of empty queues does not
+-- hide them).
+SELECT claim.create_queue('own');
+SELECT count(*) AS empty_poll FROM claim.claim_next('own');
+BEGIN;
+SELECT claim.enqueue('own', '{"mine": true}') > 0 AS enqueued;
+SELECT payload FROM claim.claim_next('own');
+ROLLBACK;
+SELECT claim.drop_queue('own');
+
 -- privileges: admin functions are not for PUBLIC, tables are not either
 SELECT has_function_privilege('public', 'claim.create_queue(text, interval, integer, interval, interval, integer, integer, integer, interval, boolean, boolean)', 'EXECUTE') AS public_create,
        has_function_privilege('public', 'claim.drop_queue(text)', 'EXECUTE') AS public_drop,
