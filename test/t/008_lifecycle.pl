@@ -4,7 +4,11 @@
 #     dead tuples in it), dead items are deleted;
 #   - history (results) and dependencies survive an immediate stop;
 #   - a waiting child whose parent was claimed when the server crashed runs
-#     exactly once, after the parent completes.
+#     exactly once, after the parent completes;
+#   - under producers and workers, each completed item of a retaining queue
+#     is in the history exactly once, while another session keeps enabling
+#     and disabling a trigger on claim.finished (the completions switch
+#     between the direct write of the history row and SQL).
 use strict;
 use warnings;
 
@@ -82,6 +86,65 @@ is($node->safe_psql('postgres', qq{SELECT string_agg(item || ':' || n, ',' ORDER
 	"$parent:1,$child:1", 'parent, then child, each ran exactly once');
 is($node->safe_psql('postgres', qq{SELECT (claim.item_state('keep', $child)).state}),
 	'completed', 'the child completed');
+
+# --- the history under load -----------------------------------------------------------
+$node->safe_psql('postgres', q{
+	SELECT claim.create_queue('hist', lease => '1 hour', retain => '1 hour');
+	CREATE TABLE made (k bigserial PRIMARY KEY, id bigint NOT NULL);
+	CREATE TABLE done (id bigint PRIMARY KEY);
+	CREATE TABLE noted (id bigint NOT NULL);
+	CREATE FUNCTION public.note_hist() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN INSERT INTO public.noted VALUES (NEW.id); RETURN NEW; END $$;
+});
+my $script = "${PostgreSQL::Test::Utils::tmp_check}/hist_load.sql";
+open(my $fh, '>', $script) or die "cannot write $script: $!";
+print $fh q{INSERT INTO made (id) SELECT claim.enqueue('hist', '{"n": 1}') FROM generate_series(1, 2);
+WITH c AS (SELECT id, token FROM claim.claim_next('hist', 3)),
+     d AS (INSERT INTO done SELECT id FROM c RETURNING id)
+SELECT claim.complete_many(array_agg(c.token)) FROM c JOIN d USING (id) HAVING count(*) > 0;
+};
+close $fh;
+my ($out, $err) = ('', '');
+my $load = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', '4', '-j', '2', '-T', '5', '-f', $script, $node->connstr('postgres') ],
+	'>', \$out, '2>', \$err);
+# (Enabled and disabled, not created and dropped: PostgreSQL's DROP TRIGGER on
+# a partitioned table can deadlock with any INSERT routed through it.)
+$node->safe_psql('postgres', q{CREATE TRIGGER note AFTER INSERT ON claim.finished
+	FOR EACH ROW EXECUTE FUNCTION public.note_hist();
+	ALTER TABLE claim.finished DISABLE TRIGGER note});
+my $toggles = 0;
+while ($load->pumpable)
+{
+	$node->safe_psql('postgres', q{ALTER TABLE claim.finished ENABLE TRIGGER note});
+	$node->safe_psql('postgres', q{SELECT pg_sleep(0.2)});
+	$node->safe_psql('postgres', q{ALTER TABLE claim.finished DISABLE TRIGGER note});
+	$node->safe_psql('postgres', q{SELECT pg_sleep(0.2)});
+	$toggles++;
+	$load->pump_nb;
+}
+$load->finish;
+like($out, qr/number of failed transactions: 0 /, 'the load ran without a failed transaction');
+note("pgbench: $out; trigger enabled and disabled $toggles times");
+# Drain what is left.
+$node->safe_psql('postgres', q{SELECT claim.complete_many(array_agg(token))
+	FROM claim.claim_next('hist', 10000) HAVING count(*) > 0});
+my $q = q{(SELECT queue_id FROM claim.queues WHERE name = 'hist')};
+is($node->safe_psql('postgres', qq{
+	SELECT (SELECT count(*) FROM made) > 0,
+	       (SELECT count(*) FROM made) = (SELECT count(*) FROM claim.finished WHERE queue_id = $q),
+	       (SELECT count(DISTINCT id) FROM claim.finished WHERE queue_id = $q)
+	         = (SELECT count(*) FROM claim.finished WHERE queue_id = $q),
+	       NOT EXISTS (SELECT 1 FROM made m WHERE NOT EXISTS (
+	         SELECT 1 FROM claim.finished f WHERE f.id = m.id AND f.queue_id = $q)),
+	       NOT EXISTS (SELECT 1 FROM claim.items WHERE queue_id = $q)}),
+	't|t|t|t|t', 'every item made is in the history exactly once, and none is left');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) > 0 AND count(*) = count(DISTINCT id)
+	   AND NOT EXISTS (SELECT 1 FROM noted n WHERE NOT EXISTS (
+	         SELECT 1 FROM claim.finished f WHERE f.id = n.id))
+	FROM noted}),
+	't', 'the trigger saw history rows while it was there, each once');
 
 $node->stop;
 done_testing();
