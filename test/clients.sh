@@ -361,7 +361,10 @@ run_go() {   # $1 label, $2 dsn
     (cd "$ROOT/clients/go" && PG_CLAIM_DSN="$dsn" PG_CLAIM_VIA_PGBOUNCER="$via" timeout 300 "$SCRATCH/pgclaim.test" \
         -test.v -test.count=1 -test.timeout=240s "${select[@]}") >"$log" 2>&1
     rc=$?
-    grep -E '^(--- |FAIL|ok|PASS|panic)' "$log" | grep -v '^--- PASS' || true
+    # The verdicts, and under each failed test its messages (indented lines).
+    awk '/^--- FAIL/ { print; fail = 1; n = 0; next }
+         /^(--- |FAIL|ok|PASS|panic)/ { fail = 0; if ($0 !~ /^--- PASS/) print; next }
+         fail && /^ / && n++ < 20 { print }' "$log"
     p=$(grep -c '^--- PASS' "$log"); f=$(grep -c '^--- FAIL' "$log"); s=$(grep -c '^--- SKIP' "$log")
     if (( rc != 0 && f == 0 )); then f=1; tail -n 30 "$log"; fi
     PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
