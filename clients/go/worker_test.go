@@ -174,11 +174,11 @@ func TestStaleTokenOutcomeDropped(t *testing.T) {
 	}
 }
 
-// The heartbeat finds the lease lost: the handler's context ends. The lease
-// is long enough that the release, not its end, loses it on a loaded machine
-// (a released token is stale at once; the heartbeat comes at a third).
+// The heartbeat finds the lease lost: the handler's context ends. The
+// release, not the lease's end, must lose it: the lease is long, and the
+// test is not parallel, as TestHeartbeatKeepsTheLease (another test's
+// drop_queue would hold the release and the heartbeat's extend).
 func TestLostLeaseCancelsTheHandler(t *testing.T) {
-	t.Parallel()
 	c, ctx, q := setup(t, &QueueOptions{Lease: 3 * time.Second})
 	c.Enqueue(ctx, q, nil, nil)
 	other := client(t)
