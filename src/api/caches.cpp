@@ -44,6 +44,11 @@ void forget_queues() {
     });
 }
 
+void enqueued_ready(int32 queue_id, int32 priority) {
+    if (shmem::frontier_behind(pg::direct::items_relid(), queue_id, -priority))
+        forget_at_commit(queue_id);
+}
+
 void forget_hints(int32 queue_id) {
     pg::call_core([&] { hints().forget(queue_id); });
     forget_empty(queue_id);

@@ -32,6 +32,11 @@ void forget_queues();
 // the queue's shared frontier, and that frontier once more when the open
 // transaction commits (forget_at_commit).
 void forget_hints(int32 queue_id);
+// Ready items of `priority` were enqueued: should they lie before where
+// scans of the queue have reached (a higher priority than the items they
+// walked), the queue's positions are forgotten when the transaction
+// commits, and the next claim finds them first.
+void enqueued_ready(int32 queue_id, int32 priority);
 
 // Empty queues. A claim scan that met no ready item at all (not even a
 // claimed one) remembers when it started; for a short while after it ended

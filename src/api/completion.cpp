@@ -35,6 +35,7 @@ constexpr int kStaleTokensShown = 20;
 struct ItemToken {
     int64 item;
     int tok;  // index into the token array
+    ItemPointerData claim_tid;  // where its claim row was read
 };
 
 struct Pairs {
@@ -42,13 +43,13 @@ struct Pairs {
     int n, cap;
 };
 
-void add_pair(int k, int64 item, void *arg) {
+void add_pair(int k, int64 item, const ItemPointerData *claim_tid, void *arg) {
     auto *p = (Pairs *)arg;
     if (p->n == p->cap) {
         p->cap *= 2;
         p->v = (ItemToken *)repalloc(p->v, sizeof(ItemToken) * p->cap);
     }
-    p->v[p->n++] = ItemToken{item, k};
+    p->v[p->n++] = ItemToken{item, k, *claim_tid};
 }
 
 // What a completion needs to know of a queue (pg::FinishSettings), cached
@@ -116,7 +117,30 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
         direct::ClaimRow *claims = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * npairs);
         ItemPointerData *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * npairs);
         bool *has = (bool *)palloc(sizeof(bool) * npairs * 2), *found = has + npairs;
-        direct::claims_of(t, ids, npairs, snap, claims, has);
+        // Each claim row again where it was read: the version seen there
+        // under the lock is the current one. Those updated or gone since
+        // are looked up by item.
+        int nmiss = 0;
+        for (int i = 0; i < npairs; ++i) {
+            has[i] = direct::claim_at(t, pairs[i].item, &pairs[i].claim_tid, snap, &claims[i]);
+            if (!has[i]) ++nmiss;
+        }
+        if (nmiss > 0) {
+            int64 *miss_ids = (int64 *)palloc(sizeof(int64) * nmiss);
+            int *miss_at = (int *)palloc(sizeof(int) * nmiss);
+            for (int i = 0, m = 0; i < npairs; ++i)
+                if (!has[i]) {
+                    miss_ids[m] = ids[i];
+                    miss_at[m++] = i;
+                }
+            direct::ClaimRow *mc = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * nmiss);
+            bool *mhas = (bool *)palloc(sizeof(bool) * nmiss);
+            direct::claims_of(t, miss_ids, nmiss, snap, mc, mhas);
+            for (int m = 0; m < nmiss; ++m) {
+                has[miss_at[m]] = mhas[m];
+                if (mhas[m]) claims[miss_at[m]] = mc[m];
+            }
+        }
         direct::item_tids(t, ids, npairs, snap, tids, found);
         for (int i = 0; i < npairs; ++i) {
             int k = pairs[i].tok;

@@ -262,7 +262,10 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
         direct::close(t);
         CommandCounterIncrement();
         shmem::count(qid, shmem::Metric::Enqueued);
-        if (run_at_null == 'n') shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
+        if (run_at_null == 'n') {
+            shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
+            api::enqueued_ready(qid, PG_GETARG_INT32(4));
+        }
         PG_RETURN_INT64(id);
     }
 
@@ -288,7 +291,10 @@ PGCLAIM_FUNCTION(pgclaim_enqueue) {
             id = pg::col_int64(0, 1);
             int32 qid = pg::col_int32(0, 2);
             shmem::count(qid, shmem::Metric::Enqueued);
-            if (nulls[2] == 'n') shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
+            if (nulls[2] == 'n') {
+                shmem::notify_ready(shmem::WaitKind::Queue, qid, 1);
+                api::enqueued_ready(qid, PG_GETARG_INT32(4));
+            }
             api::fair_mark_items(&id, 1, api::fair_key_arg(fcinfo, 7, qid));
             done = true;
             break;
@@ -384,8 +390,10 @@ PGCLAIM_FUNCTION(pgclaim_enqueue_batch) {
     }
     if (n == 0) require_queue_exists(name);
     if (n > 0) shmem::count(pg::col_int32(0, 2), shmem::Metric::Enqueued, (int64)n);
-    if (n > 0 && nulls[2] == 'n')
+    if (n > 0 && nulls[2] == 'n') {
         shmem::notify_ready(shmem::WaitKind::Queue, pg::col_int32(0, 2), (int64)n);
+        api::enqueued_ready(pg::col_int32(0, 2), PG_GETARG_INT32(4));
+    }
     for (uint64 i = 0; i < n; ++i) {
         Datum out[1] = {Int64GetDatum(pg::col_int64(i, 1))};
         bool isnull[1] = {false};

@@ -1,6 +1,7 @@
 // The payload of a trigger's item: {"op", "schema", "table", "new", "old"},
 // rows as to_jsonb(row) writes them (pg/rowjson.hpp); the side that does
 // not exist is left out. Also the direct insert of one such item.
+#include "api/caches.hpp"
 #include "api/trigger_payload.hpp"
 
 #include "api/queue_lookup.hpp"
@@ -93,6 +94,7 @@ void insert_direct(const Change &ch, Datum payload, Datum group, Datum fair_key)
     CommandCounterIncrement();
     shmem::count(qid, shmem::Metric::Enqueued);
     shmem::notify_ready(shmem::WaitKind::Queue, qid);
+    api::enqueued_ready(qid, ch.priority);
 }
 
 }  // namespace pgclaim::api::trigger

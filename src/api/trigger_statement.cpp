@@ -2,6 +2,7 @@
 // the transition tables are read directly, through a read pointer of our
 // own, and the items written in multi-insert batches; with 'batch', the
 // changed rows are packed into items per group key.
+#include "api/caches.hpp"
 #include "api/trigger_statement.hpp"
 #include "api/fair.hpp"
 #include "api/trigger_payload.hpp"
@@ -60,6 +61,7 @@ struct StatementWrite {
     Transition nt, ot;
     direct::Tables *t;
     int32 qid;
+    int32 priority;
     direct::ItemBatch *b;
 };
 
@@ -72,6 +74,7 @@ void statement_begin(StatementWrite *w, FunctionCallInfo fcinfo, TriggerData *td
     w->t = direct::open(direct::Mode::Enqueue);
     w->qid = change_queue(w->t, ch);
     // In a fair queue the items get the default fair key (docs/fairness.md).
+    w->priority = ch.priority;
     w->b = direct::batch_begin(w->t, w->qid, ch.priority, api::fair_key_default(w->qid));
 }
 
@@ -89,7 +92,10 @@ void statement_end(StatementWrite *w) {
     transition_end(&w->ot);
     CommandCounterIncrement();
     shmem::count(w->qid, shmem::Metric::Enqueued, n);
-    if (n > 0) shmem::notify_ready(shmem::WaitKind::Queue, w->qid, n);
+    if (n > 0) {
+        shmem::notify_ready(shmem::WaitKind::Queue, w->qid, n);
+        api::enqueued_ready(w->qid, w->priority);
+    }
 }
 
 // ---- 'batch': the statement's changed rows packed into items per group

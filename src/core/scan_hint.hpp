@@ -11,10 +11,12 @@
 // Every item before that position was finished (deleted or dead) or held
 // under a live claim when it was seen. A claim passed over comes back when
 // its lease ends: the position is valid only until the earliest such lease
-// end. Items may also become visible before the position later: a producer that committed late,
-// an enqueue with a higher priority, a redriven or promoted item. Those are
-// never lost: the position is forgotten after a validity period and the scan
-// starts from the head again. The period adapts to what a walk from the head
+// end. Items may also become visible before the position later: a producer
+// that committed late, an enqueue with a higher priority, a redriven or
+// promoted item. The paths that make such items ready move the queue's
+// forget epoch when they commit (`epoch` below), which drops the positions
+// at once; a producer that committed late is found when the position is
+// forgotten after a validity period and the scan starts from the head again. The period adapts to what a walk from the head
 // costs (200x that cost, between 20 ms and 5 s), so a cheap walk happens often
 // and an expensive one stays below ~0.5% of a backend's time: every backend
 // walks on its own, and a busy server has many more backends than cores.

@@ -86,7 +86,8 @@ void on_relcache_inval(Datum, Oid relid) {
         relid == cat.items_pkey || relid == cat.items_ready || relid == cat.items_group ||
         relid == cat.items_scheduled ||
         relid == cat.claims_pkey || relid == cat.claims_token || relid == cat.queues_name ||
-        relid == cat.token_seq || relid == cat.item_id_seq) {
+        relid == cat.token_seq || relid == cat.item_id_seq ||
+        (OidIsValid(cat.item_parents) && relid == cat.item_parents)) {
         cat.valid = false;
         icache.stale = true;  // freed at the next load(), not inside the callback
         return;
@@ -137,6 +138,7 @@ void load() {
     cat.queues = rel_oid(nsp, "queues");
     cat.queues_name = rel_oid(nsp, "queues_name_key");
     cat.item_id_seq = rel_oid(nsp, "item_id_seq");
+    cat.item_parents = get_relname_relid("item_parents", nsp);
     cat.q_id = att(cat.queues, "queue_id");
     cat.q_name = att(cat.queues, "name");
     cat.i_priority = att(cat.items, "priority");
@@ -186,6 +188,11 @@ Oid items_relid() {
     if (!OidIsValid(get_namespace_oid("claim", true))) return InvalidOid;
     load();
     return cat.items;
+}
+
+Oid item_parents_relid() {
+    if (!OidIsValid(items_relid())) return InvalidOid;
+    return cat.item_parents;
 }
 
 Snapshot latest() { return RegisterSnapshot(GetLatestSnapshot()); }

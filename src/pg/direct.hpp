@@ -24,6 +24,8 @@ namespace pgclaim::pg::direct {
 // The OID of claim.items of the installed extension, or InvalidOid when
 // there is none (cheap: resolved once, forgotten on invalidation).
 Oid items_relid();
+// The same for claim.item_parents (InvalidOid also in a catalog without it).
+Oid item_parents_relid();
 
 // Forget the resolved relation OIDs (the extension was dropped and created
 // again). api::sync_caches() calls it.

@@ -23,6 +23,7 @@ extern "C" {
 #include "access/itup.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
+#include "access/tableam.h"
 #include "executor/tuptable.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
@@ -110,7 +111,7 @@ struct TokensArg {
 void take_token_item(int k, TupleTableSlot *slot, void *arg) {
     auto *a = (TokensArg *)arg;
     bool isnull;
-    a->fn(k, DatumGetInt64(get(slot, cat.c_item, &isnull)), a->arg);
+    a->fn(k, DatumGetInt64(get(slot, cat.c_item, &isnull)), &slot->tts_tid, a->arg);
 }
 
 struct TidsArg {
@@ -136,6 +137,21 @@ void claims_of(Tables *t, const int64 *ids, int n, Snapshot snap, ClaimRow *out,
     for (int i = 0; i < n; ++i) has[i] = false;
     ClaimsArg a{out, has};
     rows_by_keys(t->claims, t->claims_pkey, ids, n, snap, t->claim_slot, take_claim, &a);
+}
+
+bool claim_at(Tables *t, int64 item_id, const ItemPointerData *tid, Snapshot snap,
+              ClaimRow *out) {
+    ItemPointerData copy = *tid;
+    TupleTableSlot *slot = t->claim_slot;
+    if (!table_tuple_fetch_row_version(t->claims, &copy, snap, slot)) return false;
+    bool isnull, has = false;
+    // The line may hold another row by now (the old one pruned).
+    if (DatumGetInt64(get(slot, cat.c_item, &isnull)) == item_id) {
+        ClaimsArg a{out, &has};
+        take_claim(0, slot, &a);
+    }
+    ExecClearTuple(slot);
+    return has;
 }
 
 void items_with_tokens(Tables *t, const int64 *tokens, int n, Snapshot snap, TokenItemFn fn,

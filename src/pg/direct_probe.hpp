@@ -11,10 +11,17 @@ namespace pgclaim::pg::direct {
 // The claim row of each item ids[i] visible to `snap` (has[i]; out[i] when
 // it has one): what claim_of gives for each, in one pass.
 void claims_of(Tables *t, const int64 *ids, int n, Snapshot snap, ClaimRow *out, bool *has);
+// The claim row of item_id at tuple id `tid`, if that version is visible to
+// `snap`. A row visible to a snapshot taken under the item's lock is the
+// item's claim row as claim_of would read it; false says only that this
+// version is not (updated since, or gone): claims_of then tells.
+bool claim_at(Tables *t, int64 item_id, const ItemPointerData *tid, Snapshot snap,
+              ClaimRow *out);
 // The items whose claim row, visible to `snap`, carries one of tokens[0..n):
-// fn(k, item_id, arg) for each (token index k, item) pair, the pairs of one
-// token in no particular order (what items_with_token gives for each).
-using TokenItemFn = void (*)(int k, int64 item_id, void *arg);
+// fn(k, item_id, claim_tid, arg) for each (token index k, item) pair, the
+// pairs of one token in no particular order (what items_with_token gives
+// for each), with the tuple id of the claim row.
+using TokenItemFn = void (*)(int k, int64 item_id, const ItemPointerData *claim_tid, void *arg);
 void items_with_tokens(Tables *t, const int64 *tokens, int n, Snapshot snap, TokenItemFn fn,
                        void *arg);
 // The tuple id of the row of each item ids[i] visible to `snap` (found[i]):

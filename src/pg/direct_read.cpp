@@ -43,31 +43,92 @@ namespace pgclaim::pg::direct {
 struct ReadyScan {
     Tables *t;
     IndexScanDesc scan;
-    ScanKeyData keys[2];
+    Snapshot snap;
+    int stretches;  // stretches read so far, this one included (0: past them)
+    int64 stretch;  // this stretch's length in ids
+    ScanPos bound;  // its last entry
+    ScanKeyData keys[4];
     ScanKeyData row[2];
 };
 
-ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
-                       Snapshot snap) {
-    ReadyScan *s = (ReadyScan *)palloc0(sizeof(ReadyScan));
-    s->t = t;
-    int nkeys = 1;
-    ScanKeyInit(&s->keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
-    if (from != nullptr) {
-        // (ord, id) >= / > (from.ord, from.id) as one row comparison: the
-        // scan starts right there instead of at the first entry of `ord`.
-        StrategyNumber st = inclusive ? BTGreaterEqualStrategyNumber : BTGreaterStrategyNumber;
-        ScanKeyEntryInitialize(&s->row[0], SK_ROW_MEMBER, 2, st, INT4OID, InvalidOid,
-                               F_BTINT4CMP, Int32GetDatum(from->ord));
-        ScanKeyEntryInitialize(&s->row[1], SK_ROW_MEMBER | SK_ROW_END, 3, st, INT8OID,
-                               InvalidOid, F_BTINT8CMP, Int64GetDatum(from->id));
-        ScanKeyEntryInitialize(&s->keys[1], SK_ROW_HEADER, 2, st, InvalidOid, InvalidOid,
-                               InvalidOid, PointerGetDatum(s->row));
-        nkeys = 2;
-    }
-    s->scan = compat::begin_index_scan(t->items, t->items_ready, snap, nkeys);
+namespace {
+// (ord, id) >= / > `from` as one row comparison: the scan starts right there
+// instead of at the first entry of `ord`.
+void scan_from(ReadyScan *s, const ScanPos &from, bool inclusive) {
+    StrategyNumber st = inclusive ? BTGreaterEqualStrategyNumber : BTGreaterStrategyNumber;
+    ScanKeyEntryInitialize(&s->row[0], SK_ROW_MEMBER, 2, st, INT4OID, InvalidOid, F_BTINT4CMP,
+                           Int32GetDatum(from.ord));
+    ScanKeyEntryInitialize(&s->row[1], SK_ROW_MEMBER | SK_ROW_END, 3, st, INT8OID, InvalidOid,
+                           F_BTINT8CMP, Int64GetDatum(from.id));
+    ScanKeyEntryInitialize(&s->keys[1], SK_ROW_HEADER, 2, st, InvalidOid, InvalidOid,
+                           InvalidOid, PointerGetDatum(s->row));
+}
+
+void scan_start(ReadyScan *s, int nkeys) {
+    s->scan = compat::begin_index_scan(s->t->items, s->t->items_ready, s->snap, nkeys);
     s->scan->xs_want_itup = true;  // ready_next_passing reads (ord, id) from the entry
     index_rescan(s->scan, s->keys, nkeys, nullptr, 0);
+}
+
+// Entries of `ord` after `from`, up to id from.id + stretch: equality on
+// (queue_id, ord) makes both bounds on id required, so the index stops
+// reading its leaf page at the bound (a row comparison bounds only its
+// first column, ord).
+void stretch_keys(ReadyScan *s, const ScanPos &from, bool inclusive, int64 stretch) {
+    s->stretch = stretch;
+    s->bound = ScanPos{from.ord, from.id + stretch};
+    ScanKeyInit(&s->keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(from.ord));
+    if (inclusive)
+        ScanKeyInit(&s->keys[2], 3, BTGreaterEqualStrategyNumber, F_INT8GE, Int64GetDatum(from.id));
+    else
+        ScanKeyInit(&s->keys[2], 3, BTGreaterStrategyNumber, F_INT8GT, Int64GetDatum(from.id));
+    ScanKeyInit(&s->keys[3], 3, BTLessEqualStrategyNumber, F_INT8LE, Int64GetDatum(s->bound.id));
+}
+
+bool stretch_fits(const ScanPos &from, int64 stretch) {
+    return stretch > 0 && from.id <= PG_INT64_MAX - stretch;
+}
+
+// At the end of a stretch the scan goes on past its bound: a stretch
+// kStretchGrowth times longer, then, after kStretches, the rest of the
+// queue. False when the scan was not a stretch (the end of the queue).
+constexpr int kStretches = 2;
+constexpr int64 kStretchGrowth = 8;
+bool stretch_done(ReadyScan *s) {
+    if (s->stretches == 0) return false;
+    index_endscan(s->scan);
+    ScanPos from = s->bound;
+    int64 next = s->stretch * kStretchGrowth;
+    if (s->stretches < kStretches && next / kStretchGrowth == s->stretch &&
+        stretch_fits(from, next)) {
+        ++s->stretches;
+        stretch_keys(s, from, false, next);
+        scan_start(s, 4);
+    } else {
+        s->stretches = 0;
+        scan_from(s, from, false);
+        scan_start(s, 2);
+    }
+    return true;
+}
+}  // namespace
+
+ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
+                       Snapshot snap, int64 stretch) {
+    ReadyScan *s = (ReadyScan *)palloc0(sizeof(ReadyScan));
+    s->t = t;
+    s->snap = snap;
+    int nkeys = 1;
+    ScanKeyInit(&s->keys[0], 1, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(queue_id));
+    if (from != nullptr && stretch_fits(*from, stretch)) {
+        s->stretches = 1;
+        stretch_keys(s, *from, inclusive, stretch);
+        nkeys = 4;
+    } else if (from != nullptr) {
+        scan_from(s, *from, inclusive);
+        nkeys = 2;
+    }
+    scan_start(s, nkeys);
     return s;
 }
 
@@ -100,11 +161,15 @@ bool next_ready_item(Tables *t, struct IndexScanDescData *scan, int64 *id, int32
 
 bool ready_next_passing(ReadyScan *s, PassFn pass, void *arg, int64 *id, int32 *ord,
                         Datum *group_key, bool *group_null, ItemPointerData *tid) {
-    IndexScanDesc scan = s->scan;
     TupleTableSlot *slot = s->t->scan_slot;
     // An MVCC snapshot sees at most one version per entry, so each entry
     // is fetched once (what index_getnext_slot does for such a snapshot).
-    while (index_getnext_tid(scan, ForwardScanDirection) != nullptr) {
+    for (;;) {
+        IndexScanDesc scan = s->scan;
+        if (index_getnext_tid(scan, ForwardScanDirection) == nullptr) {
+            if (stretch_done(s)) continue;
+            return false;
+        }
         bool isnull;
         // items_ready is (queue_id, ord, id): checked by direct::open.
         int32 o = DatumGetInt32(index_getattr(scan->xs_itup, 2, scan->xs_itupdesc, &isnull));
@@ -116,12 +181,14 @@ bool ready_next_passing(ReadyScan *s, PassFn pass, void *arg, int64 *id, int32 *
         if (!index_fetch_heap(scan, slot)) continue;
         if (ready_row(slot, id, ord, group_key, group_null, tid)) return true;
     }
-    return false;
 }
 
 bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,
                 ItemPointerData *tid) {
-    return next_ready_item(s->t, s->scan, id, ord, group_key, group_null, tid);
+    do {
+        if (next_ready_item(s->t, s->scan, id, ord, group_key, group_null, tid)) return true;
+    } while (stretch_done(s));
+    return false;
 }
 
 void end_item_scan(Tables *t, struct IndexScanDescData *scan) {

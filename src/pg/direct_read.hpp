@@ -8,10 +8,13 @@
 namespace pgclaim::pg::direct {
 
 // Ready items of a queue in delivery order (ord, id), from the head or
-// from `from` (inclusive or strictly after).
+// from `from` (inclusive or strictly after). With `stretch`, the scan first
+// reads the entries of from.ord up to id from.id + stretch, and only then
+// the rest: the same entries in the same order, but a walk that finds what
+// it wants near `from` reads no further into the index page.
 struct ReadyScan;
 ReadyScan *ready_begin(Tables *t, int32 queue_id, const ScanPos *from, bool inclusive,
-                       Snapshot snap);
+                       Snapshot snap, int64 stretch = 0);
 // The next visible ready item and its tuple id; *group_key is valid until
 // the next call.
 bool ready_next(ReadyScan *s, int64 *id, int32 *ord, Datum *group_key, bool *group_null,

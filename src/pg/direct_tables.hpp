@@ -22,6 +22,7 @@ struct Catalog {
     uint64 generation;  // counts the loads: caches of other files compare it
     Oid items, items_pkey, items_ready, items_group, items_scheduled, claims, claims_pkey, claims_token,
         token_seq, queues, queues_name, item_id_seq;
+    Oid item_parents;  // InvalidOid in a catalog without dependencies (0.1.0)
     AttrNumber i_id, i_queue, i_ord, i_state, i_run_at, i_failures, i_group, i_payload, i_enq,
         i_priority, i_dedup;
     AttrNumber q_id, q_name;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "pg/direct.hpp"
 #include "pg/duties.hpp"
 
 extern "C" {
@@ -144,8 +145,13 @@ bool finish_retained(int64 item_id, Datum result, bool result_null, int32 attemp
 }
 
 bool dependencies_possible() {
-    Oid nsp = get_namespace_oid("claim", true);
-    Oid relid = OidIsValid(nsp) ? get_relname_relid("item_parents", nsp) : InvalidOid;
+    // Resolved once while the table exists; looked up again while it does
+    // not (an update may create it).
+    Oid relid = direct::item_parents_relid();
+    if (!OidIsValid(relid)) {
+        Oid nsp = get_namespace_oid("claim", true);
+        relid = OidIsValid(nsp) ? get_relname_relid("item_parents", nsp) : InvalidOid;
+    }
     if (!OidIsValid(relid)) return false;
     Relation rel = table_open(relid, AccessShareLock);
     bool possible = RelationGetNumberOfBlocks(rel) > 0;

@@ -47,9 +47,15 @@ void frontier_put(Oid items, int32 queue_id, ScanPos pos, TimestampTz now, Times
                   uint64 epoch, TimestampTz head_until) {
     if (shared == nullptr || !OidIsValid(items)) return;
     if (expires > now + kMaxAheadUs) expires = now + kMaxAheadUs;
-    if (expires <= now) return;
     FrontierSlot *s = slot_of(items, queue_id);
     SpinLockAcquire(&s->mutex);
+    // The scan's own position holds (core/scan_hint.hpp) even when this
+    // one is not kept: counted either way.
+    if (s->epoch == epoch && pos.ord > s->max_ord) s->max_ord = pos.ord;
+    if (expires <= now) {
+        SpinLockRelease(&s->mutex);
+        return;
+    }
     bool own = mine(s, items, queue_id);
     if (s->epoch == epoch &&
         (head_until > 0 || !own || now >= s->expires || after(pos, s->ord, s->id))) {
@@ -74,7 +80,17 @@ void frontier_forget(Oid items, int32 queue_id) {
     SpinLockAcquire(&s->mutex);
     if (mine(s, items, queue_id)) s->valid = false;
     ++s->epoch;
+    s->max_ord = PG_INT32_MIN;
     SpinLockRelease(&s->mutex);
+}
+
+bool frontier_behind(Oid items, int32 queue_id, int32 ord) {
+    if (shared == nullptr || !OidIsValid(items)) return false;
+    FrontierSlot *s = slot_of(items, queue_id);
+    SpinLockAcquire(&s->mutex);
+    bool behind = ord < s->max_ord;
+    SpinLockRelease(&s->mutex);
+    return behind;
 }
 
 void frontier_forget_all() {
@@ -84,6 +100,7 @@ void frontier_forget_all() {
         SpinLockAcquire(&s->mutex);
         if (s->db == MyDatabaseId) s->valid = false;
         ++s->epoch;
+        s->max_ord = PG_INT32_MIN;
         SpinLockRelease(&s->mutex);
     }
 }

@@ -46,6 +46,11 @@ void frontier_put(Oid items_relid, int32 queue_id, ScanPos pos, TimestampTz now,
 // that was under way publishes a position past them and every backend's
 // own position of the queue is dropped too.
 void frontier_forget(Oid items_relid, int32 queue_id);
+// An item of order `ord` (-priority) would lie before a position some scan
+// of the queue reached under the current epoch: an enqueue of it forgets
+// the queue's positions when it commits, so that the next scans start at
+// the head and find it first.
+bool frontier_behind(Oid items_relid, int32 queue_id, int32 ord);
 // The same for every queue (a transaction that claimed from more queues
 // than it keeps track of rolled back).
 void frontier_forget_all();

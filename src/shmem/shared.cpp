@@ -55,7 +55,10 @@ void shared_shmem_init() {
         pg_atomic_init_u32(&shared->dbs[i].notify_pending, 0);
         pg_atomic_init_u64(&shared->dbs[i].duties_at, 0);
     }
-    for (int i = 0; i < kFrontierSlots; ++i) SpinLockInit(&shared->frontiers[i].mutex);
+    for (int i = 0; i < kFrontierSlots; ++i) {
+        SpinLockInit(&shared->frontiers[i].mutex);
+        shared->frontiers[i].max_ord = PG_INT32_MIN;
+    }
     shared->nwaiter_slots = waiter_slots();
 }
 

@@ -94,6 +94,7 @@ struct FrontierSlot {
     int64 expires;     // TimestampTz: until when the position holds
     int64 head_until;  // TimestampTz: until when the last walk from the head vouches for it
     uint64 epoch;      // moved by every forget (of any queue hashed here)
+    int32 max_ord;     // the highest ord published under this epoch (PG_INT32_MIN: none)
 };
 
 struct Shared {
