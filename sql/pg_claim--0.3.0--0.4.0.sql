@@ -1501,3 +1501,13 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'pgclaim_lease_acquire_shared';
 REVOKE EXECUTE ON FUNCTION claim.lease_acquire_shared(text, interval, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim.lease_acquire_shared(text, interval, text, interval) TO claim_worker, claim_admin;
+
+-- ===========================================================================
+-- Where a claimed item is (docs/internals.md, "Tables, WAL and locks")
+-- ===========================================================================
+-- The tuple id of the item's row version when it was claimed. complete reads
+-- the item there first and takes it only when the version found is visible
+-- and carries the same item id; otherwise (the row was updated, moved by
+-- VACUUM FULL or pg_repack, or the line reused) it looks the item up by id.
+-- NULL for claims written through SQL.
+ALTER TABLE claim.claims ADD COLUMN item_tid tid;

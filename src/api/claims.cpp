@@ -219,8 +219,10 @@ int64 walk_stretch(int n) { return 4 + (int64)n; }
 
 // One pass over the queue: claims up to n items, appends them to the result.
 // *retry_at: when a rate that turned items away lets them in (0: none did).
+// loop: the relations claim_next opened for its `done` (left open), or nullptr.
 int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Datum worker,
-                bool worker_null, ReturnSetInfo *rsinfo, TimestampTz *retry_at) {
+                bool worker_null, ReturnSetInfo *rsinfo, TimestampTz *retry_at,
+                direct::Tables *loop) {
     TimestampTz now = pg::clock_now();
     *retry_at = 0;
     BatchLimits lim;
@@ -255,7 +257,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
 
     // The scan reads a snapshot taken now; every candidate is checked again
     // under its lock with a snapshot taken after the lock was granted.
-    direct::Tables *t = direct::open(direct::Mode::Claim);
+    direct::Tables *t = loop != nullptr ? loop : direct::open(direct::Mode::Claim);
+    if (loop != nullptr) direct::use(t, direct::Mode::Claim);
     // A fair queue is walked key by key in the scheduler's order (api/fair.hpp);
     // the scheduler's activations are counted before the snapshot is taken.
     bool fair = api::fair_queue(q.queue_id);
@@ -386,7 +389,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         direct::ready_end(scan);
     direct::claim_cursor_end(cur);
     direct::release(scan_snap);
-    direct::close(t);
+    if (loop == nullptr) direct::close(t);
     pg::wal_forget(wal);
     // The walk started at the head and met nothing: the queue was empty at
     // `now` (taken before the snapshot of the walk).
@@ -428,12 +431,15 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
     ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
 
     // done: complete these first, all or nothing (one statement per job).
+    // The relations are opened once for the completion and the first round.
+    direct::Tables *loop = nullptr;
     if (PG_NARGS() > 5 && !PG_ARGISNULL(5)) {
         int ndone;
         int64 *done_tokens = api::int8_arg_sorted(fcinfo, 5, "done", &ndone);
         if (ndone > 0) {
             bool *ok = (bool *)palloc(sizeof(bool) * ndone);
-            api::complete_tokens(done_tokens, ndone, nullptr, nullptr, ok);
+            loop = direct::open(direct::Mode::Loop);
+            api::complete_tokens(done_tokens, ndone, nullptr, nullptr, ok, loop);
             for (int i = 0; i < ndone; ++i)
                 if (!ok[i])
                     api::stale_tokens(done_tokens, ok, ndone,
@@ -460,8 +466,12 @@ PGCLAIM_FUNCTION(pgclaim_claim_next) {
             // long wait does not grow.
             SPI_connect();
             claimed = claim_round(q, PG_GETARG_DATUM(0), n, lease_us, worker, worker_null,
-                                  rsinfo, &retry_at);
+                                  rsinfo, &retry_at, loop);
             SPI_finish();
+        }
+        if (loop != nullptr) {  // later rounds open their own
+            direct::close(loop);
+            loop = nullptr;
         }
         if (claimed > 0) break;
         // A rate that turned this call away lets it in at retry_at; at a

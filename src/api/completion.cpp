@@ -90,9 +90,10 @@ namespace pgclaim::api {
 // completers never deadlock), then check each claim row again under the
 // lock: a claimer that held the lock meanwhile may have changed it.
 int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
-                    const bool *result_nulls, bool *done) {
+                    const bool *result_nulls, bool *done, direct::Tables *loop) {
     TimestampTz now = pg::clock_now();
-    direct::Tables *t = direct::open(direct::Mode::Complete);
+    direct::Tables *t = loop != nullptr ? loop : direct::open(direct::Mode::Complete);
+    if (loop != nullptr) direct::use(t, direct::Mode::Complete);
     Snapshot snap = direct::latest();
     for (int k = 0; k < ntok; ++k) done[k] = false;
     Pairs pp{(ItemToken *)palloc(sizeof(ItemToken) * (ntok + 4)), 0, ntok + 4};
@@ -110,13 +111,13 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
     if (npairs > 0) {
         for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
         snap = direct::latest();
-        // The claim rows and item rows of every pair under the locks, read
-        // in one pass each (direct_probe.hpp).
+        // The claim rows of every pair under the locks; each item then
+        // where its claim row says it is (direct_probe.hpp, direct_read.hpp).
         int64 *ids = (int64 *)palloc(sizeof(int64) * npairs);
         for (int i = 0; i < npairs; ++i) ids[i] = pairs[i].item;
         direct::ClaimRow *claims = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * npairs);
         ItemPointerData *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * npairs);
-        bool *has = (bool *)palloc(sizeof(bool) * npairs * 2), *found = has + npairs;
+        bool *has = (bool *)palloc(sizeof(bool) * npairs);
         // Each claim row again where it was read: the version seen there
         // under the lock is the current one. Those updated or gone since
         // are looked up by item.
@@ -141,14 +142,19 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
                 if (mhas[m]) claims[miss_at[m]] = mc[m];
             }
         }
-        direct::item_tids(t, ids, npairs, snap, tids, found);
         for (int i = 0; i < npairs; ++i) {
             int k = pairs[i].tok;
             const direct::ClaimRow &c = claims[i];
+            if (!has[i] || c.token != tokens[k] || c.lease_until <= now) continue;
+            // The item where its claim row says it was; not there any more
+            // (moved, updated): by id. Read last, so that the item's row is
+            // the one in the item slot (finish_to_history reads it there).
             direct::ItemRow it;
-            if (!has[i] || c.token != tokens[k] || c.lease_until <= now || !found[i] ||
-                !direct::item_at(t, &tids[i], snap, &it))
-                continue;
+            if (!(c.has_item_tid && direct::item_of_claim(t, ids[i], &c.item_tid, snap, &it))) {
+                bool found;
+                direct::item_tids(t, &ids[i], 1, snap, &tids[i], &found);
+                if (!found || !direct::item_at(t, &tids[i], snap, &it)) continue;
+            }
             bool ok;
             pg::FinishSettings fs = queue_settings(it.queue_id, now, &spi);
             if (fs.retain_us > 0) {
@@ -184,7 +190,7 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
         }
         direct::release(snap);
     }
-    direct::close(t);
+    if (loop == nullptr) direct::close(t);
     CommandCounterIncrement();
     if (completed > 0 && pg::dependencies_possible()) {
         if (!spi) {

@@ -3,6 +3,10 @@
 
 #include "pg/pg.hpp"
 
+namespace pgclaim::pg::direct {
+struct Tables;
+}
+
 namespace pgclaim::api {
 
 // Complete the items held under `tokens` (ascending, no duplicates). The
@@ -10,9 +14,11 @@ namespace pgclaim::api {
 // NULL or result_nulls[i]); queues that retain keep it in their history.
 // done[i] tells whether token i completed anything; returns the number of
 // items completed. Children waiting for the items are released, and
-// item_state waiters are woken at commit.
+// item_state waiters are woken at commit. `loop`: the relations opened by
+// claim_next in direct::Mode::Loop (left open), or nullptr.
 int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
-                    const bool *result_nulls, bool *done);
+                    const bool *result_nulls, bool *done,
+                    pg::direct::Tables *loop = nullptr);
 
 // PC001 for complete(tokens[]) and claim_next(done): lists the first
 // stale tokens (those with !done[i]).

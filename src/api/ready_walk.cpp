@@ -190,7 +190,7 @@ void walk_end(ReadyWalk *w) {
 void grant_claim(pg::direct::Tables *t, const ClaimGrant &g, int64 id,
                  const pg::direct::ItemRow &it, int64 token, int32 attempt) {
     pg::direct::claim_insert(t, id, g.queue_id, token, attempt, g.lease_until, g.now, g.worker,
-                             g.worker_null);
+                             g.worker_null, &it.tid);
     // Should the claim roll back, the item is ready again at once.
     shmem::notify_if_aborted(shmem::WaitKind::Queue, g.queue_id, 1);
     Datum out[8] = {g.qname,

@@ -159,6 +159,7 @@ void load() {
     cat.c_lease = att(cat.claims, "lease_until");
     cat.c_claimed = att(cat.claims, "claimed_at");
     cat.c_worker = att(cat.claims, "worker");
+    cat.c_item_tid = get_attnum(cat.claims, "item_tid");
     ++cat.generation;
     cat.valid = true;
 }
@@ -270,11 +271,13 @@ Tables *open(Mode mode) {
     load();
     // The SQL these paths replace read and wrote these tables: the same
     // privileges are required.
-    const char *what = mode == Mode::Claim      ? "claim.claim_next()"
-                       : mode == Mode::Complete ? "claim.complete()"
-                                                : "claim.enqueue()";
-    if (mode == Mode::Claim) {
-        require(cat.items, ACL_SELECT);
+    const char *what = mode == Mode::Claim || mode == Mode::Loop ? "claim.claim_next()"
+                       : mode == Mode::Complete                   ? "claim.complete()"
+                                                                  : "claim.enqueue()";
+    // Loop: both sets, before any lock.
+    if (mode == Mode::Loop) require(cat.items, ACL_SELECT | ACL_DELETE);
+    if (mode == Mode::Claim || mode == Mode::Loop) {
+        if (mode == Mode::Claim) require(cat.items, ACL_SELECT);
         require(cat.claims, ACL_SELECT | ACL_INSERT | ACL_UPDATE | ACL_DELETE);
     } else if (mode == Mode::Complete) {
         require(cat.items, ACL_SELECT | ACL_DELETE);
@@ -287,7 +290,8 @@ Tables *open(Mode mode) {
     PreventCommandIfParallelMode(what);
 
     Tables *t = (Tables *)palloc0(sizeof(Tables));
-    t->mode = mode;
+    t->mode = t->opened = mode;
+    bool claim = mode == Mode::Claim || mode == Mode::Loop;
     if (mode == Mode::Enqueue) {
         // The lock on claim.items comes first: drop_queue locks the table
         // against writers, so the queue looked up afterwards cannot be
@@ -301,7 +305,7 @@ Tables *open(Mode mode) {
                                  t->rri->ri_NumIndices);
         return t;
     }
-    t->items = table_open(cat.items, mode == Mode::Complete ? RowExclusiveLock : AccessShareLock);
+    t->items = table_open(cat.items, mode == Mode::Claim ? AccessShareLock : RowExclusiveLock);
     t->claims = table_open(cat.claims, RowExclusiveLock);
     // Taking the locks accepted the invalidations committed before them:
     // REINDEX CONCURRENTLY may have replaced an index (a new OID under the
@@ -309,8 +313,7 @@ Tables *open(Mode mode) {
     // tables are locked: an index found now is not dropped before this
     // transaction ends (REINDEX CONCURRENTLY waits for the tables' lockers).
     if (!cat.valid) load();
-    t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
-    if (mode == Mode::Claim) {
+    if (claim) {
         // The inserts open every index of claim.claims: probe through those.
         open_insert(t, t->claims);
         // By name: while REINDEX CONCURRENTLY runs, the table has two
@@ -325,6 +328,8 @@ Tables *open(Mode mode) {
             missing_object("an index of claim.claims");
         t->sql_claims = needs_sql(t->claims, Table::Claims, true, t->rri->ri_IndexRelationDescs,
                                   t->rri->ri_NumIndices);
+        // The completion deletes items, as Complete does.
+        if (mode == Mode::Loop) t->sql_items = needs_sql(t->items, Table::Items, false, nullptr, 0);
     } else {
         t->claims_pkey = index_open(cat.claims_pkey, AccessShareLock);
         t->claims_token = index_open(cat.claims_token, AccessShareLock);
@@ -332,20 +337,22 @@ Tables *open(Mode mode) {
         t->sql_claims = needs_sql(t->claims, Table::Claims, false, nullptr, 0);
     }
     t->rls_items = rls_applies(t->items);
-    check_index(t->items_pkey, {cat.i_id});
     check_index(t->claims_pkey, {cat.c_item});
     check_index(t->claims_token, {cat.c_token});
     t->item_slot = table_slot_create(t->items, nullptr);
     t->claim_slot = table_slot_create(t->claims, nullptr);
-    if (mode == Mode::Claim) {
+    if (claim) {
         t->items_ready = index_open(cat.items_ready, AccessShareLock);
-        t->items_group = index_open(cat.items_group, AccessShareLock);
         check_index(t->items_ready, {cat.i_queue, cat.i_ord, cat.i_id});
-        check_index(t->items_group, {cat.i_queue, cat.i_group, cat.i_id});
         t->scan_slot = table_slot_create(t->items, nullptr);
         t->group_slot = table_slot_create(t->items, nullptr);
     }
     return t;
+}
+
+void use(Tables *t, Mode mode) {
+    Assert(t->opened == Mode::Loop && (mode == Mode::Claim || mode == Mode::Complete));
+    t->mode = mode;
 }
 
 void close(Tables *t) {
@@ -360,23 +367,44 @@ void close(Tables *t) {
         pfree(t);
         return;
     }
-    if (t->mode == Mode::Claim) {
+    bool claim = t->opened == Mode::Claim || t->opened == Mode::Loop;
+    if (claim) {
         close_insert(t);
         ExecDropSingleTupleTableSlot(t->scan_slot);
         ExecDropSingleTupleTableSlot(t->group_slot);
-        index_close(t->items_group, NoLock);
+        if (t->items_group != nullptr) index_close(t->items_group, NoLock);
         index_close(t->items_ready, NoLock);
     }
     ExecDropSingleTupleTableSlot(t->claim_slot);
     ExecDropSingleTupleTableSlot(t->item_slot);
-    if (t->mode != Mode::Claim) {  // in Claim mode they belong to the executor's list
+    if (!claim) {  // in Claim mode they belong to the executor's list
         index_close(t->claims_token, NoLock);
         index_close(t->claims_pkey, NoLock);
     }
     table_close(t->claims, NoLock);
-    index_close(t->items_pkey, NoLock);
+    if (t->items_pkey != nullptr) index_close(t->items_pkey, NoLock);
     table_close(t->items, NoLock);
     pfree(t);
+}
+
+// The tables are locked: an index found by name now is not dropped before
+// the transaction ends (see open()).
+Relation pkey_index(Tables *t) {
+    if (t->items_pkey == nullptr) {
+        if (!cat.valid) load();
+        t->items_pkey = index_open(cat.items_pkey, AccessShareLock);
+        check_index(t->items_pkey, {cat.i_id});
+    }
+    return t->items_pkey;
+}
+
+Relation group_index(Tables *t) {
+    if (t->items_group == nullptr) {
+        if (!cat.valid) load();
+        t->items_group = index_open(cat.items_group, AccessShareLock);
+        check_index(t->items_group, {cat.i_queue, cat.i_group, cat.i_id});
+    }
+    return t->items_group;
 }
 
 void require_rights(AclMode items, AclMode claims) {
@@ -478,9 +506,12 @@ void prune_target(Relation rel) {
 
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
-                  bool worker_null) {
+                  bool worker_null, const ItemPointerData *item_tid) {
     TupleTableSlot *slot = t->ins_slot;
     clear_slot(slot);
+    ItemPointerData tid_copy = *item_tid;  // the slot points at it until the insert
+    if (cat.c_item_tid != InvalidAttrNumber)
+        set_att(slot, cat.c_item_tid, PointerGetDatum(&tid_copy), false);
     set_att(slot, cat.c_item, Int64GetDatum(item_id), false);
     set_att(slot, cat.c_queue, Int32GetDatum(queue_id), false);
     set_att(slot, cat.c_token, Int64GetDatum(token), false);

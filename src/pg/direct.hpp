@@ -39,14 +39,19 @@ void release(Snapshot snap);
 // the equivalent SQL would take. Closed by close() (or by the resource
 // owner on error).
 struct Tables;
-enum class Mode { Claim, Complete, Enqueue };
+// Loop: claim_next(done => ...): the relations of Claim, with the locks,
+// rights and rules of Complete as well, opened once for the completion and
+// the claim that follows it. use() says which of the two runs now.
+enum class Mode { Claim, Complete, Enqueue, Loop };
 Tables *open(Mode mode);
+void use(Tables *t, Mode mode);
 void close(Tables *t);
 
 // Writes. The caller holds the item's lock.
+// item_tid: where the item's row version is (kept in claims.item_tid).
 void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
-                  bool worker_null);
+                  bool worker_null, const ItemPointerData *item_tid);
 // Delete a claim row or an item by tuple id; false when the row was
 // deleted or changed concurrently (by something that does not take item
 // locks, e.g. drop_queue), in which case nothing was written.

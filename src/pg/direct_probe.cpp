@@ -101,6 +101,14 @@ void take_claim(int i, TupleTableSlot *slot, void *arg) {
     a->out[i].attempt = DatumGetInt32(get(slot, cat.c_attempt, &isnull));
     a->out[i].lease_until = DatumGetTimestampTz(get(slot, cat.c_lease, &isnull));
     a->out[i].tid = slot->tts_tid;
+    a->out[i].has_item_tid = false;
+    if (cat.c_item_tid != InvalidAttrNumber) {
+        Datum d = get(slot, cat.c_item_tid, &isnull);
+        if (!isnull) {
+            a->out[i].item_tid = *(ItemPointer)DatumGetPointer(d);
+            a->out[i].has_item_tid = true;
+        }
+    }
 }
 
 struct TokensArg {
@@ -164,7 +172,7 @@ void item_tids(Tables *t, const int64 *ids, int n, Snapshot snap, ItemPointerDat
                bool *found) {
     for (int i = 0; i < n; ++i) found[i] = false;
     TidsArg a{tids, found};
-    rows_by_keys(t->items, t->items_pkey, ids, n, snap, t->item_slot, take_tid, &a);
+    rows_by_keys(t->items, pkey_index(t), ids, n, snap, t->item_slot, take_tid, &a);
 }
 
 struct ClaimCursor {

@@ -12,6 +12,7 @@
 extern "C" {
 #include "utils/timestamp.h"
 #include "access/xact.h"
+#include "storage/bufmgr.h"
 #include "storage/procarray.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -270,7 +271,7 @@ void item_read(TupleTableSlot *slot, ItemRow *out) {
 }  // namespace
 
 bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out) {
-    if (!probe_int8(t->items, t->items_pkey, id, snap, t->item_slot)) return false;
+    if (!probe_int8(t->items, pkey_index(t), id, snap, t->item_slot)) return false;
     item_read(t->item_slot, out);
     return !t->rls_items || sql_item_visible(id);
 }
@@ -296,9 +297,9 @@ bool row_in_flux(TupleTableSlot *slot) {
 }
 }  // namespace
 
-bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
-    ItemPointerData copy = *tid;
-    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+namespace {
+// The version in t->item_slot, read as item_at reads it.
+bool item_in_slot(Tables *t, ItemRow *out) {
     if (t->mode == Mode::Claim && row_in_flux(t->item_slot)) {
         ExecClearTuple(t->item_slot);
         return false;
@@ -307,6 +308,31 @@ bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out)
     if (!t->rls_items) return true;
     bool isnull;
     return sql_item_visible(DatumGetInt64(get(t->item_slot, cat.i_id, &isnull)));
+}
+}  // namespace
+
+bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out) {
+    ItemPointerData copy = *tid;
+    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    return item_in_slot(t, out);
+}
+
+bool item_of_claim(Tables *t, int64 id, const ItemPointerData *tid, Snapshot snap,
+                   ItemRow *out) {
+    if (!ItemPointerIsValid(tid)) return false;
+    if (!t->items_blocks_known) {
+        t->items_blocks = RelationGetNumberOfBlocks(t->items);
+        t->items_blocks_known = true;
+    }
+    if (ItemPointerGetBlockNumber(tid) >= t->items_blocks) return false;
+    ItemPointerData copy = *tid;
+    if (!table_tuple_fetch_row_version(t->items, &copy, snap, t->item_slot)) return false;
+    bool isnull;
+    if (DatumGetInt64(get(t->item_slot, cat.i_id, &isnull)) != id) {
+        ExecClearTuple(t->item_slot);
+        return false;
+    }
+    return item_in_slot(t, out);
 }
 
 struct GroupScan {
@@ -328,7 +354,7 @@ GroupScan *group_scan(Tables *t, int32 queue_id, Datum group_key, StrategyNumber
                            F_TEXTEQ, group_key);
     ScanKeyInit(&k[2], 3, op, op == BTLessStrategyNumber ? F_INT8LT : F_INT8GT,
                 Int64GetDatum(id));
-    s->scan = compat::begin_index_scan(t->items, t->items_group, snap, 3);
+    s->scan = compat::begin_index_scan(t->items, group_index(t), snap, 3);
     index_rescan(s->scan, k, 3, nullptr, 0);
     return s;
 }

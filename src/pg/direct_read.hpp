@@ -39,6 +39,10 @@ struct ClaimRow {
     int32 attempt;
     TimestampTz lease_until;
     ItemPointerData tid;
+    // claims.item_tid: where the item's row was when it was claimed
+    // (has_item_tid false when the row has none).
+    ItemPointerData item_tid;
+    bool has_item_tid;
 };
 // The claim row of an item, if one is visible.
 bool claim_of(Tables *t, int64 item_id, Snapshot snap, ClaimRow *out);
@@ -60,6 +64,12 @@ bool item_get(Tables *t, int64 id, Snapshot snap, ItemRow *out);
 // The same for one row version (from a scan): false unless that version is
 // visible to `snap` (it was deleted or updated since).
 bool item_at(Tables *t, const ItemPointerData *tid, Snapshot snap, ItemRow *out);
+// item_at for the tuple id a claim row kept (claims.item_tid): also false
+// when that line is past the end of the table or holds another item's row
+// by now (moved by VACUUM FULL or pg_repack, pruned and reused). A version
+// of item `id` visible to `snap` is the one item_tids would find.
+bool item_of_claim(Tables *t, int64 id, const ItemPointerData *tid, Snapshot snap,
+                   ItemRow *out);
 
 // The unfinished items (state 'r') of a group in id order, after
 // `after_id` (every one when it is negative); *ready: not scheduled.

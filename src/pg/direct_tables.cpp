@@ -45,7 +45,7 @@ bool probe_int8(Relation heap, Relation idx, int64 key, Snapshot snap, TupleTabl
 }
 
 void register_relcache_callback(RelcacheCallbackFunction fn) {
-    static RelcacheCallbackFunction registered[4];
+    static RelcacheCallbackFunction registered[8];
     static int n = 0;
     for (int i = 0; i < n; ++i)
         if (registered[i] == fn) return;

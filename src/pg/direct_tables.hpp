@@ -27,12 +27,17 @@ struct Catalog {
         i_priority, i_dedup;
     AttrNumber q_id, q_name;
     AttrNumber c_item, c_queue, c_token, c_attempt, c_lease, c_claimed, c_worker;
+    // claims.item_tid (0.4.0): InvalidAttrNumber while the catalog lacks it.
+    AttrNumber c_item_tid;
 };
 
 extern Catalog cat;  // valid after open()
 
 struct Tables {
-    Mode mode;
+    Mode mode;    // what the relations serve now (Claim or Complete for Loop)
+    Mode opened;  // what open() was called with
+    // items_pkey and items_group are opened when first used: read them
+    // through pkey_index() and group_index().
     Relation items, items_pkey, items_ready, items_group, claims, claims_pkey, claims_token;
     Relation queues, queues_name;
     TupleTableSlot *queue_slot;
@@ -43,6 +48,10 @@ struct Tables {
     // (direct_rules.hpp); rls_items: reads of claim.items are checked
     // against the role's row-level security policies.
     bool sql_items, sql_claims, rls_items;
+    // claim.items' length in blocks when first asked (item_of_claim); the
+    // locks held keep it from shrinking while the relations are open.
+    BlockNumber items_blocks;
+    bool items_blocks_known;
 };
 
 // Inserts into one relation without the executor: every index of it opened
@@ -56,6 +65,10 @@ struct InsertTarget {
     EState *estate;
     ResultRelInfo *rri;
 };
+// claim.items' primary key and items_group of t, opened at the first call.
+Relation pkey_index(Tables *t);
+Relation group_index(Tables *t);
+
 void target_open(InsertTarget *it, Relation rel);
 void target_insert(InsertTarget *it);
 void target_close(InsertTarget *it);

@@ -2,6 +2,7 @@
 #include "pg/token_store.hpp"
 
 #include "core/token.hpp"
+#include "pg/direct_tables.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -29,7 +30,28 @@ void lock_tag(LOCKTAG *tag) {
 }
 }  // namespace
 
+namespace {
+// The sequences' OIDs and the partition, resolved once and forgotten when
+// one of the sequences is invalidated (dropped, renamed, altered). Kept
+// only when all three exist: a schema updated later is found then.
+struct SeqCache {
+    bool valid;
+    Seqs s;
+    bool partition_known;
+    int partition;
+};
+SeqCache sc;
+
+void on_relcache_inval(Datum, Oid relid) {
+    if (!sc.valid) return;
+    if (!OidIsValid(relid) || relid == sc.s.token_seq || relid == sc.s.ceiling ||
+        relid == sc.s.timeline)
+        sc.valid = false;
+}
+}  // namespace
+
 Seqs lookup() {
+    if (sc.valid) return sc.s;
     Seqs s;
     Oid nsp = get_namespace_oid("claim", true);
     if (OidIsValid(nsp)) {
@@ -40,7 +62,12 @@ Seqs lookup() {
     if (!OidIsValid(s.token_seq))
         error({ERRCODE_UNDEFINED_TABLE, "Reinstall the extension: DROP EXTENSION pg_claim; CREATE EXTENSION pg_claim."},
               "sequence claim.token_seq of pg_claim is missing");
-    if (!OidIsValid(s.ceiling) || !OidIsValid(s.timeline)) s.ceiling = s.timeline = InvalidOid;
+    if (!OidIsValid(s.ceiling) || !OidIsValid(s.timeline)) {
+        s.ceiling = s.timeline = InvalidOid;
+        return s;
+    }
+    direct::register_relcache_callback(on_relcache_inval);
+    sc = SeqCache{true, s, false, 0};
     return s;
 }
 
@@ -58,11 +85,17 @@ int64 last_value(Oid seq) {
 }
 
 int partition_of_seq(Oid seq) {
+    if (sc.valid && sc.partition_known && seq == sc.s.token_seq) return sc.partition;
     HeapTuple tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
     if (!HeapTupleIsValid(tup)) error({ERRCODE_UNDEFINED_TABLE}, "claim.token_seq is not a sequence");
     int64 max = ((Form_pg_sequence)GETSTRUCT(tup))->seqmax;
     ReleaseSysCache(tup);
-    return (int)(max >> token::kSeqBits);
+    int partition = (int)(max >> token::kSeqBits);
+    if (sc.valid && seq == sc.s.token_seq) {
+        sc.partition = partition;
+        sc.partition_known = true;
+    }
+    return partition;
 }
 
 void set_value(Oid seq, int64 v) {

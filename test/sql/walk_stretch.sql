@@ -71,3 +71,5 @@ CREATE TRIGGER urgent_stmt AFTER INSERT ON urgent_rows REFERENCING NEW TABLE AS 
     FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('ws', '', 'priority=30');
 INSERT INTO urgent_rows VALUES (2), (3);
 SELECT payload->'new'->>'id' AS urgent_stmt FROM claim.claim_next('ws', n => 3);
+DROP TABLE urgent_rows;
+DROP EXTENSION pg_claim;
