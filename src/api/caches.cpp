@@ -1,5 +1,6 @@
 // The backend's caches: see caches.hpp.
 #include "api/caches.hpp"
+#include "api/tokens.hpp"
 
 #include "pg/direct.hpp"
 #include "shmem/frontier.hpp"
@@ -35,6 +36,7 @@ void sync_caches() {
         hints().forget_all();
         promote_schedule().forget_all();
     });
+    forget_grants();  // a new extension's tokens start again
 }
 
 void forget_queues() {

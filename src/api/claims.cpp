@@ -377,7 +377,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
             }
             int64 token = api::make_token(direct::next_token(t));
             int32 attempt = has ? c.attempt + 1 : it.failures + 1;
-            api::grant_claim(t, grant, id, it, token, attempt);
+            api::grant_claim(t, grant, id, it, token, attempt, true);
             api::walk_claimed(&w, cand_pos[i], lease_until);
             ++claimed;
         }

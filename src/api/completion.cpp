@@ -94,30 +94,62 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
     TimestampTz now = pg::clock_now();
     direct::Tables *t = loop != nullptr ? loop : direct::open(direct::Mode::Complete);
     if (loop != nullptr) direct::use(t, direct::Mode::Complete);
-    Snapshot snap = direct::latest();
     for (int k = 0; k < ntok; ++k) done[k] = false;
     Pairs pp{(ItemToken *)palloc(sizeof(ItemToken) * (ntok + 4)), 0, ntok + 4};
-    direct::items_with_tokens(t, tokens, ntok, snap, add_pair, &pp);
-    ItemToken *pairs = pp.v;
-    int npairs = pp.n;
-    direct::release(snap);
-    std::sort(pairs, pairs + npairs, [](const ItemToken &a, const ItemToken &b) {
+    // Tokens this backend granted (remember_grant): their items and claim
+    // rows are known without a look at claims_token, and their items are
+    // only tried. A token not known, an item busy, or a pair that does not
+    // hold under the lock sends the call the ordinary way.
+    bool hinted = ntok > 0;
+    for (int k = 0; k < ntok && hinted; ++k) {
+        int64 item;
+        ItemPointerData claim_tid;
+        if (granted_here(tokens[k], &item, &claim_tid))
+            add_pair(k, item, &claim_tid, &pp);
+        else
+            hinted = false;
+    }
+    auto by_item = [](const ItemToken &a, const ItemToken &b) {
         return a.item < b.item || (a.item == b.item && a.tok < b.tok);
-    });
-    int completed = 0;
-    bool spi = false;
-    int64 *finished = (int64 *)palloc(sizeof(int64) * (npairs > 0 ? npairs : 1));
-    int32 last_queue = -1;
-    if (npairs > 0) {
-        for (int i = 0; i < npairs; ++i) pg::lock_item(pairs[i].item, true);
+    };
+    if (hinted) {
+        std::sort(pp.v, pp.v + pp.n, by_item);
+        int nlocked = 0;
+        while (nlocked < pp.n && pg::lock_item(pp.v[nlocked].item, false)) ++nlocked;
+        if (nlocked < pp.n) {
+            for (int i = 0; i < nlocked; ++i) pg::unlock_item(pp.v[i].item);
+            hinted = false;
+        }
+    }
+    ItemToken *pairs = nullptr;
+    int npairs = 0;
+    Snapshot snap = nullptr;
+    int64 *ids = nullptr;
+    direct::ClaimRow *claims = nullptr;
+    ItemPointerData *tids = nullptr;
+    bool *has = nullptr;
+    for (;;) {
+        if (!hinted) {
+            // The ordinary way: the pairs from claims_token, then the items
+            // locked in id order (so completers never deadlock).
+            pp.n = 0;
+            snap = direct::latest();
+            direct::items_with_tokens(t, tokens, ntok, snap, add_pair, &pp);
+            direct::release(snap);
+            std::sort(pp.v, pp.v + pp.n, by_item);
+            for (int i = 0; i < pp.n; ++i) pg::lock_item(pp.v[i].item, true);
+        }
+        pairs = pp.v;
+        npairs = pp.n;
+        if (npairs == 0) break;
         snap = direct::latest();
         // The claim rows of every pair under the locks; each item then
         // where its claim row says it is (direct_probe.hpp, direct_read.hpp).
-        int64 *ids = (int64 *)palloc(sizeof(int64) * npairs);
+        ids = (int64 *)palloc(sizeof(int64) * npairs);
         for (int i = 0; i < npairs; ++i) ids[i] = pairs[i].item;
-        direct::ClaimRow *claims = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * npairs);
-        ItemPointerData *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * npairs);
-        bool *has = (bool *)palloc(sizeof(bool) * npairs);
+        claims = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * npairs);
+        tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * npairs);
+        has = (bool *)palloc(sizeof(bool) * npairs);
         // Each claim row again where it was read: the version seen there
         // under the lock is the current one. Those updated or gone since
         // are looked up by item.
@@ -142,6 +174,21 @@ int complete_tokens(const int64 *tokens, int ntok, const Datum *results,
                 if (mhas[m]) claims[miss_at[m]] = mc[m];
             }
         }
+        if (!hinted) break;
+        bool hold = true;
+        for (int i = 0; i < npairs && hold; ++i)
+            hold = has[i] && claims[i].token == tokens[pairs[i].tok];
+        if (hold) break;
+        for (int i = 0; i < npairs; ++i) pg::unlock_item(pairs[i].item);
+        direct::release(snap);
+        snap = nullptr;
+        hinted = false;
+    }
+    int completed = 0;
+    bool spi = false;
+    int64 *finished = (int64 *)palloc(sizeof(int64) * (npairs > 0 ? npairs : 1));
+    int32 last_queue = -1;
+    if (npairs > 0) {
         for (int i = 0; i < npairs; ++i) {
             int k = pairs[i].tok;
             const direct::ClaimRow &c = claims[i];

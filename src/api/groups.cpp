@@ -149,7 +149,7 @@ int take_group(const ClaimArgs &a, direct::Tables *t, int64 head, Datum gkey, bo
         if (!ok) break;
         if (got == 0) token = api::make_token(direct::next_token(t));
         int32 attempt = has ? c.attempt + 1 : it.failures + 1;
-        api::grant_claim(t, grant, id, it, token, attempt);
+        api::grant_claim(t, grant, id, it, token, attempt, false);
     }
     direct::release(snap);
     for (int i = got; i < ncand; ++i) pg::unlock_item(cand[i]);

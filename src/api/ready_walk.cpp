@@ -4,6 +4,7 @@
 #include "api/ready_walk.hpp"
 
 #include "api/caches.hpp"
+#include "api/tokens.hpp"
 #include "shmem/shared.hpp"
 #include "shmem/frontier.hpp"
 
@@ -188,9 +189,14 @@ void walk_end(ReadyWalk *w) {
 }
 
 void grant_claim(pg::direct::Tables *t, const ClaimGrant &g, int64 id,
-                 const pg::direct::ItemRow &it, int64 token, int32 attempt) {
-    pg::direct::claim_insert(t, id, g.queue_id, token, attempt, g.lease_until, g.now, g.worker,
-                             g.worker_null, &it.tid);
+                 const pg::direct::ItemRow &it, int64 token, int32 attempt, bool one_item) {
+    ItemPointerData claim_tid;
+    // A token of one item only (claim_next's) is remembered for its
+    // completion (remember_grant); group_claim's cover several.
+    if (pg::direct::claim_insert(t, id, g.queue_id, token, attempt, g.lease_until, g.now,
+                                 g.worker, g.worker_null, &it.tid, &claim_tid) &&
+        one_item)
+        remember_grant(token, id, &claim_tid);
     // Should the claim roll back, the item is ready again at once.
     shmem::notify_if_aborted(shmem::WaitKind::Queue, g.queue_id, 1);
     Datum out[8] = {g.qname,

@@ -98,8 +98,9 @@ struct ClaimGrant {
 };
 // Claims item `id`, locked and found claimable (its expired claim row, if
 // any, deleted): inserts its claim row under `token` and appends its
-// claim.item row to the result.
+// claim.item row to the result. one_item: `token` is this item's alone
+// (claim_next), not shared by a group's items (group_claim).
 void grant_claim(pg::direct::Tables *t, const ClaimGrant &g, int64 id,
-                 const pg::direct::ItemRow &it, int64 token, int32 attempt);
+                 const pg::direct::ItemRow &it, int64 token, int32 attempt, bool one_item);
 
 }  // namespace pgclaim::api

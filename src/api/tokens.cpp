@@ -120,6 +120,35 @@ void after_tokens() {
     ts::unlock();
 }
 
+namespace {
+struct Grant {
+    int64 token;  // 0: empty
+    int64 item;
+    ItemPointerData claim_tid;
+};
+constexpr int kGrantBits = 10;
+Grant grants[1 << kGrantBits];
+inline int grant_slot(int64 token) {
+    return (int)(((uint64)token * UINT64CONST(0x9E3779B97F4A7C15)) >> (64 - kGrantBits));
+}
+}  // namespace
+
+void remember_grant(int64 token, int64 item, const ItemPointerData *claim_tid) {
+    grants[grant_slot(token)] = Grant{token, item, *claim_tid};
+}
+
+bool granted_here(int64 token, int64 *item, ItemPointerData *claim_tid) {
+    const Grant &g = grants[grant_slot(token)];
+    if (g.token != token || token == 0) return false;
+    *item = g.item;
+    *claim_tid = g.claim_tid;
+    return true;
+}
+
+void forget_grants() {
+    for (Grant &g : grants) g.token = 0;
+}
+
 int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn) {
     pg::require_arg(fcinfo, argno, "token");
     pg::require_primary(fn);

@@ -24,6 +24,14 @@ int64 token_arg(FunctionCallInfo fcinfo, int argno, const char *fn);
 // checked to be positive and at most the longest lease (22023).
 int64 lease_arg(FunctionCallInfo fcinfo, int argno);
 
+// The claims this backend granted, by token: the item and where its claim
+// row was written. A hint only (a bounded table, entries overwritten): the
+// completion checks the pair under the item's lock and looks the token up
+// the ordinary way when it does not hold.
+void remember_grant(int64 token, int64 item, const ItemPointerData *claim_tid);
+bool granted_here(int64 token, int64 *item, ItemPointerData *claim_tid);
+void forget_grants();
+
 // PC001 for a token that is not a live claim.
 [[noreturn]] void stale_token(int64 token, const char *why);
 

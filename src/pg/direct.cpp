@@ -504,9 +504,9 @@ void prune_target(Relation rel) {
 }
 }  // namespace
 
-void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
+bool claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
-                  bool worker_null, const ItemPointerData *item_tid) {
+                  bool worker_null, const ItemPointerData *item_tid, ItemPointerData *claim_tid) {
     TupleTableSlot *slot = t->ins_slot;
     clear_slot(slot);
     ItemPointerData tid_copy = *item_tid;  // the slot points at it until the insert
@@ -520,7 +520,13 @@ void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 a
     set_att(slot, cat.c_claimed, TimestampTzGetDatum(claimed_at), false);
     set_att(slot, cat.c_worker, worker, worker_null);
     prune_target(t->claims);
+    if (t->sql_claims) {
+        insert_slot(t);
+        return false;
+    }
     insert_slot(t);
+    *claim_tid = slot->tts_tid;
+    return true;
 }
 
 namespace {

@@ -49,9 +49,11 @@ void close(Tables *t);
 
 // Writes. The caller holds the item's lock.
 // item_tid: where the item's row version is (kept in claims.item_tid).
-void claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
+// Returns whether the row was written here (not through SQL), with its
+// tuple id in *claim_tid.
+bool claim_insert(Tables *t, int64 item_id, int32 queue_id, int64 token, int32 attempt,
                   TimestampTz lease_until, TimestampTz claimed_at, Datum worker,
-                  bool worker_null, const ItemPointerData *item_tid);
+                  bool worker_null, const ItemPointerData *item_tid, ItemPointerData *claim_tid);
 // Delete a claim row or an item by tuple id; false when the row was
 // deleted or changed concurrently (by something that does not take item
 // locks, e.g. drop_queue), in which case nothing was written.

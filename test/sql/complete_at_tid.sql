@@ -60,4 +60,21 @@ SELECT count(*) AS finished, count(DISTINCT id) AS distinct_ids,
 FROM claim.finished_items WHERE queue = 'ct';
 SELECT bool_and((f.payload->>'n')::int = h.n) AS each_item_its_own_payload
 FROM claim.finished_items f JOIN held h USING (id);
+
+-- complete knows the tokens this backend granted without reading
+-- claims_token, and checks them under the item's lock: a token whose item
+-- was claimed again (here by this backend, after its lease ran out) is
+-- refused, alone and beside the newer token; the newer one completes.
+SELECT claim.create_queue('cx', lease => '100 milliseconds');
+SELECT claim.enqueue('cx', '{"x": 1}') > 0 AS enqueued;
+SELECT token AS t1 FROM claim.claim_next('cx') \gset
+SELECT pg_sleep(0.3);
+SELECT token AS t2 FROM claim.claim_next('cx') \gset
+SELECT :t2 > :t1 AS claimed_again;
+\set VERBOSITY sqlstate
+SELECT claim.complete(:t1);
+SELECT claim.complete_many(ARRAY[:t1, :t2]::bigint[]);
+\set VERBOSITY default
+SELECT claim.complete(:t2) AS newer_completed;
+SELECT claim.complete_many(ARRAY[:t2]::bigint[], skip_stale => true) AS completed_again;
 DROP EXTENSION pg_claim;
