@@ -251,7 +251,16 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     uint64 *cand_group = (uint64 *)palloc(sizeof(uint64) * n);
     direct::ClaimRow *cand_claim = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * n);
     bool *cand_has = (bool *)palloc(sizeof(bool) * n);
+    // What the walk read of each candidate's claim row before its lock, and
+    // under which snapshot (its count of ended transactions and command).
+    direct::ClaimRow *seen_claim = (direct::ClaimRow *)palloc(sizeof(direct::ClaimRow) * n);
+    bool *seen_has = (bool *)palloc(sizeof(bool) * n);
+    uint64 *seen_count = (uint64 *)palloc(sizeof(uint64) * n);
+    CommandId *seen_cid = (CommandId *)palloc(sizeof(CommandId) * n);
+    int *probe_at = (int *)palloc(sizeof(int) * n);
+    int64 *probe_ids = (int64 *)palloc(sizeof(int64) * n);
     int claimed = 0;
+    int64 highest_drawn = 0;  // of the token sequence (after_tokens)
     TimestampTz lease_until = now + lease_us;
     const api::ClaimGrant grant{rsinfo, qname, q.queue_id, now, lease_until, worker, worker_null};
 
@@ -263,7 +272,8 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     // the scheduler's activations are counted before the snapshot is taken.
     bool fair = api::fair_queue(q.queue_id);
     uint64 fair_seen = fair ? api::fair_activations() : 0;
-    Snapshot scan_snap = direct::latest();
+    uint64 scan_count = 0;
+    Snapshot scan_snap = direct::latest(&scan_count);
     api::FairSource *fsrc =
         fair ? api::fair_source_begin(t, q.queue_id, n, scan_snap, now, fair_seen) : nullptr;
     direct::ReadyScan *scan =
@@ -311,7 +321,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 direct::ready_end(scan);
                 direct::claim_cursor_reset(cur);
                 direct::release(scan_snap);
-                scan_snap = direct::latest();
+                scan_snap = direct::latest(&scan_count);
                 scan = direct::ready_begin(t, q.queue_id, &to, true, scan_snap, walk_stretch(n));
                 api::walk_jumped(&w, to, to_expires);
                 passing.probed_id = 0;
@@ -346,6 +356,10 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 continue;
             }
             if (!group_null) set_add(groups, group_hash);
+            seen_claim[ncand] = c;
+            seen_has[ncand] = has;
+            seen_count[ncand] = scan_count;
+            seen_cid[ncand] = scan_snap->curcid;
             cand_group[ncand] = group_hash;
             cand_tid[ncand] = tid;
             cand_pos[ncand] = ScanPos{ord, id};
@@ -360,8 +374,30 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
         // Under the locks: still pending and ready, the head of its group,
         // and either never claimed or expired with attempts left. Nobody
         // else can change these items' claim rows before we commit.
-        Snapshot snap = direct::latest();
-        direct::claims_of(t, cand, ncand, snap, cand_claim, cand_has);  // one pass
+        uint64 lock_count = 0;
+        Snapshot snap = direct::latest(&lock_count);
+        // A claim row read before the lock under a snapshot that this one
+        // equals (no transaction ended in between, the same command) is what
+        // a read now would find: only the others are read again, in one pass.
+        int nprobe = 0;
+        for (int i = 0; i < ncand; ++i) {
+            if (lock_count != 0 && seen_count[i] == lock_count && seen_cid[i] == snap->curcid) {
+                cand_claim[i] = seen_claim[i];
+                cand_has[i] = seen_has[i];
+            } else {
+                probe_at[nprobe] = i;
+                probe_ids[nprobe++] = cand[i];
+            }
+        }
+        if (nprobe == ncand) {
+            direct::claims_of(t, cand, ncand, snap, cand_claim, cand_has);
+        } else if (nprobe > 0) {
+            direct::claims_of(t, probe_ids, nprobe, snap, seen_claim, seen_has);
+            for (int k = 0; k < nprobe; ++k) {
+                cand_claim[probe_at[k]] = seen_claim[k];
+                cand_has[probe_at[k]] = seen_has[k];
+            }
+        }
         for (int i = 0; i < ncand; ++i) {
             int64 id = cand[i];
             const direct::ClaimRow &c = cand_claim[i];
@@ -375,7 +411,9 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
                 pg::unlock_item(id);  // not ours to hold
                 continue;
             }
-            int64 token = api::make_token(direct::next_token(t));
+            int64 drawn = direct::next_token(t);
+            if (drawn > highest_drawn) highest_drawn = drawn;
+            int64 token = api::make_token(drawn);
             int32 attempt = has ? c.attempt + 1 : it.failures + 1;
             api::grant_claim(t, grant, id, it, token, attempt, true);
             api::walk_claimed(&w, cand_pos[i], lease_until);
@@ -404,7 +442,7 @@ int claim_round(const api::QueueInfo &q, Datum qname, int n, int64 lease_us, Dat
     } else {
         api::walk_end(&w);
     }
-    if (claimed > 0) api::after_tokens();
+    if (claimed > 0) api::after_tokens(highest_drawn);
     limits_done(q, lim, claimed);
     shmem::count(q.queue_id, shmem::Metric::Claimed, claimed);
     return claimed;

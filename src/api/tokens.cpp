@@ -92,7 +92,9 @@ void before_tokens() {
     fence(s);
 }
 
-void after_tokens() {
+namespace {
+// handed: the highest value of the sequence that left it (0: read it).
+void cover_tokens(int64 handed) {
     if (!shmem::preloaded()) {
         pg::flush_token_wal();
         return;
@@ -100,7 +102,7 @@ void after_tokens() {
     ts::Seqs s = ts::lookup();
     if (!OidIsValid(s.ceiling)) return;  // before the update: the jump covers them
     forget_other_ceiling(s);
-    int64 handed = ts::last_value(s.token_seq);
+    if (handed == 0) handed = ts::last_value(s.token_seq);
     if (handed <= known_ceiling) return;
     // A ceiling that another backend flushed may cover it.
     int64 published = shmem::tokens_ceiling(s.ceiling);
@@ -119,6 +121,13 @@ void after_tokens() {
     known_ceiling = ceiling;
     ts::unlock();
 }
+}  // namespace
+
+void after_tokens() { cover_tokens(0); }
+
+// The tokens this backend drew are all at or below `highest`: the ones
+// other backends drew are theirs to cover.
+void after_tokens(int64 highest) { cover_tokens(highest > 0 ? highest : 0); }
 
 namespace {
 struct Grant {

@@ -14,6 +14,9 @@ namespace pgclaim::api {
 // the WAL covering its tokens.
 void before_tokens();
 void after_tokens();
+// The same, for a caller that knows the highest sequence value (before
+// make_token) it drew: no read of the sequence.
+void after_tokens(int64 highest);
 
 // The checks a call taking a token (argument `argno`) starts with: the
 // token is not NULL (22004) and the server is a primary (25006, naming

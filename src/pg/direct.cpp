@@ -197,6 +197,12 @@ Oid item_parents_relid() {
 }
 
 Snapshot latest() { return RegisterSnapshot(GetLatestSnapshot()); }
+Snapshot latest(uint64 *completions) {
+    // The count lives in the static snapshot; its registered copy drops it.
+    Snapshot s = GetLatestSnapshot();
+    *completions = s->snapXactCompletionCount;
+    return RegisterSnapshot(s);
+}
 void release(Snapshot snap) { UnregisterSnapshot(snap); }
 
 

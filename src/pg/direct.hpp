@@ -33,6 +33,11 @@ void reset();
 
 // A registered copy of the latest committed snapshot; release() it.
 Snapshot latest();
+// The same; *completions is the number of transactions that had ended
+// (committed or aborted) in the server when it was taken, as PostgreSQL
+// counts them to reuse a snapshot (0: not known). Two snapshots of one
+// command with the same nonzero count see the same rows.
+Snapshot latest(uint64 *completions);
 void release(Snapshot snap);
 
 // The relations of one call, opened with the locks and privilege checks
