@@ -17,7 +17,11 @@
 #    orders-like: (id bigint PRIMARY KEY, customer int, note text, amount
 #    numeric); every row becomes one item (one heap row and three index
 #    entries in claim.items, plus its jsonb payload). Also with the 'batch'
-#    option: one item per customer (5000) carrying its rows.
+#    option: one item per customer (5000) carrying its rows. And a reference
+#    without a target: the same statement with a plpgsql trigger whose SQL
+#    INSERT writes, per row, an item-shaped row without payload into a copy
+#    of claim.items with its indexes (the entries that make an item
+#    claimable when the producer commits).
 # 3. single-row INSERT transactions (16 clients) into a table with the
 #    row-level trigger vs without, two windows each, alternated; the mean
 #    of each side. Target: >= 0.7x.
@@ -127,9 +131,31 @@ items_per_s() {
     run_pgbench "$1" "$3"
     after=$(count_items "$2")
     RATE=$(awk -v a="$before" -v b="$after" -v d="$DUR" 'BEGIN { printf "%.0f", (a - b) / d }')
+    (( after > 0 )) || die "$1: the queue '$2' ran empty within the window; its rate would be too low"
     log "$1: $((before - after)) items in ${DUR}s = $RATE items/s ($TPS calls/s)"
 }
+# fill_plain N: tops the queue 'plain' up to N items (claim_next(n => 10) takes
+# more than a million items in a 15 s window).
+fill_plain() {
+    local n
+    n=$(( $1 - $(count_items plain) ))
+    (( n > 0 )) || return 0
+    log "topping 'plain' up with $n items"
+    q "DO \$\$
+DECLARE c int := 10000;
+BEGIN
+  FOR s IN 0 .. ($n + c - 1) / c - 1 LOOP
+    PERFORM count(*) FROM claim.enqueue_many('plain',
+        (SELECT array_agg(jsonb_build_object('n', g) ORDER BY g) FROM generate_series(s * c, s * c + c - 1) g));
+  END LOOP;
+END \$\$;"
+    q "VACUUM ANALYZE claim.items; CHECKPOINT"
+}
+# Enough for a window at 120k items/s.
+PLAIN_ITEMS=$(( ITEMS > 120000 * DUR ? ITEMS : 120000 * DUR ))
+fill_plain "$PLAIN_ITEMS"
 items_per_s claim_next10 plain "$S/claim_next10.sql";  R_NEXT10=$RATE
+fill_plain "$PLAIN_ITEMS"
 items_per_s group_claim grouped "$S/group_claim.sql";  R_GROUP=$RATE; T_GROUP=$TPS
 items_per_s claim_next1 plain "$S/claim_next1.sql";    R_NEXT1=$RATE
 GROUP_ITEMS_PER_CALL=$(awk -v r="$R_GROUP" -v t="$T_GROUP" 'BEGIN { if (t > 0) printf "%.1f", r / t; else print "n/a" }')
@@ -143,11 +169,26 @@ q "SELECT claim.create_queue('changes');
      FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'customer');
    CREATE TABLE bulk_batch (LIKE bulk_plain INCLUDING ALL);
    CREATE TRIGGER bulk_changes AFTER INSERT ON bulk_batch REFERENCING NEW TABLE AS new_rows
-     FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'customer', 'batch');"
+     FOR EACH STATEMENT EXECUTE FUNCTION claim.enqueue_trigger('changes', 'customer', 'batch');
+   -- A reference: per row, an item-shaped row (no payload) with the index
+   -- entries a claim needs, written by PostgreSQL's own INSERT into a copy
+   -- of claim.items with its indexes.
+   CREATE SEQUENCE floor_seq;
+   CREATE TABLE floor_items (LIKE claim.items INCLUDING DEFAULTS INCLUDING GENERATED
+                             INCLUDING CONSTRAINTS INCLUDING INDEXES);
+   ALTER TABLE floor_items ALTER COLUMN id SET DEFAULT nextval('floor_seq');
+   CREATE FUNCTION floor_rows() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN
+       INSERT INTO floor_items (queue_id, group_key) SELECT 1, customer::text FROM new_rows;
+       RETURN NULL;
+   END \$\$;
+   CREATE TABLE bulk_floor (LIKE bulk_plain INCLUDING ALL);
+   CREATE TRIGGER bulk_changes AFTER INSERT ON bulk_floor REFERENCING NEW TABLE AS new_rows
+     FOR EACH STATEMENT EXECUTE FUNCTION floor_rows();"
 bulk_ms() {
     local table=$1 best="" ms i
     for i in 1 2 3; do
-        q "TRUNCATE $table; DELETE FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')" >/dev/null
+        q "TRUNCATE $table, floor_items; DELETE FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')" >/dev/null
         q "VACUUM claim.items; VACUUM $table; CHECKPOINT" >/dev/null
         ms=$("${AS[@]}" "$PGBIN/psql" -h "$SOCK" -p "$PORT" -U "$DBUSER" -X -q -v ON_ERROR_STOP=1 -d postgres <<EOF | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -n 1
 \timing on
@@ -165,6 +206,9 @@ ENQ=$(q "SELECT count(*) FROM claim.items WHERE queue_id = (SELECT queue_id FROM
 [[ $ENQ == "$BULK_ROWS" ]] || die "statement trigger enqueued $ENQ items, expected $BULK_ROWS"
 BAD=$(q "SELECT count(*) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes') AND group_key IS DISTINCT FROM payload->'new'->>'customer'")
 [[ $BAD == 0 ]] || die "statement trigger: $BAD items carry another row's group key"
+bulk_ms bulk_floor; MS_FLOOR=$BEST
+ENQ=$(q "SELECT count(*) FROM floor_items WHERE group_key IS NOT NULL")
+[[ $ENQ == "$BULK_ROWS" ]] || die "reference trigger wrote $ENQ rows, expected $BULK_ROWS"
 bulk_ms bulk_batch; MS_BATCH=$BEST
 ENQ=$(q "SELECT count(*) || ' ' || sum(jsonb_array_length(payload->'rows')) FROM claim.items WHERE queue_id = (SELECT queue_id FROM claim.queues WHERE name = 'changes')")
 [[ $ENQ == "5000 $BULK_ROWS" ]] || die "batch statement trigger: items and rows are '$ENQ', expected '5000 $BULK_ROWS'"
@@ -172,6 +216,7 @@ BAD=$(q "SELECT count(*) FROM claim.items i, jsonb_array_elements(i.payload->'ro
 [[ $BAD == 0 ]] || die "batch statement trigger: $BAD rows under another group key"
 RPS_PLAIN=$(awk -v m="$MS_PLAIN" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
 RPS_TRIG=$(awk -v m="$MS_TRIG" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
+RPS_FLOOR=$(awk -v m="$MS_FLOOR" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
 RPS_BATCH=$(awk -v m="$MS_BATCH" -v n="$BULK_ROWS" 'BEGIN { printf "%.0f", n / (m / 1000) }')
 
 # --------------------------------------------------------------------------- 3. row-level single-row inserts
@@ -206,6 +251,7 @@ ENQ_ROWS=$(q "SELECT (SELECT count(*) FROM claim.items) = (SELECT count(*) FROM 
     printf '%-58s %14s %14s %7s %7s\n' "group_claim+complete vs claim_next(n=>10)+complete, items/s" "$R_GROUP" "$R_NEXT10" "$(ratio "$R_GROUP" "$R_NEXT10")" ">=0.5"
     printf '%-58s %14s %14s %7s %7s\n' "group_claim+complete vs claim_next(n=>1)+complete, items/s" "$R_GROUP" "$R_NEXT1" "$(ratio "$R_GROUP" "$R_NEXT1")" ">=0.5"
     printf '%-58s %14s %14s %7s %7s\n' "100k-row INSERT..SELECT, statement trigger vs none, rows/s" "$RPS_TRIG" "$RPS_PLAIN" "$(ratio "$RPS_TRIG" "$RPS_PLAIN")" ">=0.5"
+    printf '%-58s %14s %14s %7s %7s\n' "  reference: item-shaped rows, no payload, SQL INSERT" "$RPS_FLOOR" "$RPS_PLAIN" "$(ratio "$RPS_FLOOR" "$RPS_PLAIN")" "-"
     printf '%-58s %14s %14s %7s %7s\n' "  the same with 'batch' (one item per customer), rows/s" "$RPS_BATCH" "$RPS_PLAIN" "$(ratio "$RPS_BATCH" "$RPS_PLAIN")" ">=0.5"
     printf '%-58s %14s %14s %7s %7s\n' "single-row INSERT, row trigger vs none, tx/s" "${TPS_ROWS_TRIG%.*}" "${TPS_ROWS_PLAIN%.*}" "$(ratio "$TPS_ROWS_TRIG" "$TPS_ROWS_PLAIN")" ">=0.7"
     echo "group_claim: $GROUP_ITEMS_PER_CALL items per call on average ($ITEMS items in $NGROUPS groups, interleaved)"
