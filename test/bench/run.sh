@@ -63,11 +63,11 @@ BATCH_CLIENTS=${BENCH_BATCH_CLIENTS:-16}
 FILL_CHUNK=10000
 PORT=5499
 RUN_USER=pgclaim
-bench_only "1 2 3 4"
-[[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
 
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib.sh"   # log, die, cluster, sql, settle, run_pgbench, fills, shared scripts
+bench_only "1 2 3 4"
+[[ $ONLY == *" 2 "* && $ONLY != *" 1 "* ]] && ONLY+="1 "
 BENCH_NAME=bench
 
 # --------------------------------------------------------------------------- prerequisites
